@@ -1,0 +1,46 @@
+"""The hooks a local rule uses to change local training.
+
+The trainer runs plain mini-batch SGD and calls these hooks; an algorithm's client half
+overrides only what it changes (a loss term, a gradient correction, extra reply records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from flwr.app import RecordDict
+from torch import nn
+
+
+@dataclass
+class LocalContext:
+    """What a rule can see during one round of local training."""
+
+    model: nn.Module
+    global_params: list[torch.Tensor]  # detached copy of the received global parameters
+    device: torch.device
+    lr: float
+    received: RecordDict  # the whole train message content (per-node extras live here)
+    steps: int = 0  # optimiser steps taken so far in this round
+    extras: dict[str, object] = field(default_factory=dict)  # scratch space for the rule
+
+
+class LocalRule:
+    """Plain local SGD: every hook is a no-op. This is FedAvg's client."""
+
+    def begin(self, ctx: LocalContext) -> None:
+        """Called once, after the global weights are loaded and before the first step."""
+
+    def loss_term(
+        self, ctx: LocalContext, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor
+    ) -> torch.Tensor | None:
+        """An extra term added to the cross-entropy loss of one batch."""
+        return None
+
+    def before_step(self, ctx: LocalContext) -> None:
+        """After backward, before the optimiser step: the place for gradient corrections."""
+
+    def finish(self, ctx: LocalContext) -> RecordDict:
+        """Extra records to send back with the local model (none by default)."""
+        return RecordDict()

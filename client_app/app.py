@@ -1,0 +1,71 @@
+"""The ClientApp: learns the experiment at the handshake, then trains on its own partition.
+
+A client knows only who it is (node config: partition-id, num-partitions, optional data-dir
+and device). Everything else arrives from the server: the config at the handshake (kept in
+`context.state`), the global model and round number with every train message.
+"""
+
+from __future__ import annotations
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from omegaconf import OmegaConf
+
+from client_app.local_data import NodeIdentity, local_training_data
+from client_app.trainer import TrainSettings, train_locally
+from fl_system import protocol
+from fl_system.devices import resolve_device
+from fl_system.experiment import build, build_model, config_from_json
+from fl_system.seeding import derive_seed
+
+_STATE = "fl-system"  # context.state record holding what the handshake delivered
+
+app = ClientApp()
+
+
+@app.query("handshake")
+def handshake(msg: Message, context: Context) -> Message:
+    config_json = str(msg.content.config_records[protocol.CONFIG][protocol.RUN_CONFIG])
+    context.state[_STATE] = ConfigRecord({protocol.RUN_CONFIG: config_json})
+    node = NodeIdentity.from_context(context)
+    metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id})
+    return Message(RecordDict({protocol.METRICS: metrics}), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    if _STATE not in context.state.config_records:
+        raise RuntimeError("train message before the handshake: this node has no run config")
+    cfg = config_from_json(str(context.state.config_records[_STATE][protocol.RUN_CONFIG]))
+    node = NodeIdentity.from_context(context)
+    server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
+    x, y = local_training_data(cfg, node)
+    model = build_model(cfg)
+    model.load_state_dict(msg.content.array_records[protocol.ARRAYS].to_torch_state_dict())
+    result = train_locally(
+        model,
+        x,
+        y,
+        build(cfg.algorithm.local_rule),
+        TrainSettings(**OmegaConf.to_container(cfg.train)),
+        seed=derive_seed(cfg.seed, server_round, node.partition_id),
+        device=resolve_device(node.device),
+        received=msg.content,
+    )
+    content = RecordDict(
+        {
+            protocol.ARRAYS: ArrayRecord(model.state_dict()),
+            protocol.METRICS: MetricRecord(
+                {
+                    protocol.PARTITION_ID: node.partition_id,
+                    protocol.NUM_EXAMPLES: result.num_examples,
+                    protocol.TRAIN_LOSS: result.mean_loss,
+                    protocol.NUM_STEPS: result.steps,
+                    protocol.COMPUTE_SECONDS: result.seconds,
+                }
+            ),
+        }
+    )
+    for name, record in result.extras.items():
+        content[name] = record
+    return Message(content, reply_to=msg)

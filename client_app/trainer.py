@@ -1,0 +1,114 @@
+"""Local training engine: seeded mini-batch SGD with a rule's hooks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from flwr.app import RecordDict
+from torch import nn
+
+from client_app.algorithms.base import LocalContext, LocalRule
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How one round of local training runs (all of it comes from the server's config)."""
+
+    local_epochs: int = 1
+    local_steps: int | None = None  # when set, overrides epochs: exactly this many steps
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    drop_last: bool = False
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    num_examples: int
+    mean_loss: float
+    steps: int
+    seconds: float
+    extras: RecordDict
+
+
+def batches(n: int, settings: TrainSettings, generator: torch.Generator):
+    """Index batches for the round: shuffled epochs, or a fixed number of steps."""
+    size = min(settings.batch_size, n)
+    steps_left = settings.local_steps
+    epochs = settings.local_epochs if steps_left is None else None
+    epoch = 0
+    while epochs is None or epoch < epochs:
+        order = torch.randperm(n, generator=generator)
+        stop = n - (n % size) if settings.drop_last else n
+        for start in range(0, stop, size):
+            if steps_left is not None:
+                if steps_left == 0:
+                    return
+                steps_left -= 1
+            yield order[start : start + size]
+        epoch += 1
+
+
+def train_locally(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    rule: LocalRule,
+    settings: TrainSettings,
+    *,
+    seed: int,
+    device: torch.device,
+    received: RecordDict | None = None,
+) -> TrainResult:
+    """Train `model` in place on (x, y) and return what the reply needs."""
+    if len(x) == 0:
+        raise ValueError("this client has no training data")
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    model.to(device).train()
+    xs = torch.as_tensor(x).to(device)
+    ys = torch.as_tensor(y, dtype=torch.long).to(device)
+    ctx = LocalContext(
+        model=model,
+        global_params=[p.detach().clone() for p in model.parameters()],
+        device=device,
+        lr=settings.lr,
+        received=received if received is not None else RecordDict(),
+    )
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=settings.lr,
+        momentum=settings.momentum,
+        weight_decay=settings.weight_decay,
+    )
+    loss_fn = nn.CrossEntropyLoss()
+    rule.begin(ctx)
+    total_loss = 0.0
+    for idx in batches(len(xs), settings, generator):
+        idx = idx.to(device)
+        xb, yb = xs[idx], ys[idx]
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(xb)
+        loss = loss_fn(logits, yb)
+        term = rule.loss_term(ctx, xb, yb, logits)
+        if term is not None:
+            loss = loss + term
+        loss.backward()
+        rule.before_step(ctx)
+        optimizer.step()
+        ctx.steps += 1
+        total_loss += float(loss.detach())
+    extras = rule.finish(ctx)
+    model.to("cpu")
+    return TrainResult(
+        num_examples=len(xs),
+        mean_loss=total_loss / max(ctx.steps, 1),
+        steps=ctx.steps,
+        seconds=time.perf_counter() - start,
+        extras=extras,
+    )

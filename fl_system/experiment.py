@@ -1,0 +1,75 @@
+"""Builds an experiment's parts (data, partition, model, algorithm) from the resolved config.
+
+Server, client and CLI all go through these functions, so every process derives the same
+dataset split, the same partition and the same initial model from (config, seed).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from fl_system.data import DatasetArrays
+from fl_system.seeding import seed_everything
+
+
+def build(node: DictConfig, **overrides: Any) -> Any:
+    """Instantiate a config group node; its descriptive `name` key is not an argument."""
+    params = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(params, dict)
+    params.pop("name", None)
+    return instantiate(params, **overrides, _convert_="all")
+
+
+def config_to_json(cfg: DictConfig) -> str:
+    """The resolved config as JSON: what travels to the ServerApp and the clients."""
+    return json.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True)
+
+
+def config_from_json(text: str) -> DictConfig:
+    return OmegaConf.create(json.loads(text))
+
+
+@functools.lru_cache(maxsize=4)
+def _dataset(source_json: str) -> DatasetArrays:
+    return build(OmegaConf.create(json.loads(source_json))).load()
+
+
+def load_dataset(cfg: DictConfig) -> DatasetArrays:
+    """The experiment's dataset (cached per process: clients in simulation share it)."""
+    source = OmegaConf.to_container(cfg.dataset.source, resolve=True)
+    return _dataset(json.dumps(source, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4)
+def _partitions(key: str) -> tuple[np.ndarray, ...]:
+    spec = json.loads(key)
+    data = _dataset(json.dumps(spec["source"], sort_keys=True))
+    partitioner = build(OmegaConf.create(spec["partition"]))
+    parts = partitioner.split(
+        data.y_train, spec["num_partitions"], spec["seed"], groups=data.groups
+    )
+    return tuple(parts)
+
+
+def partition_indices(cfg: DictConfig, num_partitions: int) -> tuple[np.ndarray, ...]:
+    """Train indices of every partition, derived from (dataset, scheme, seed) alone."""
+    key = {
+        "source": OmegaConf.to_container(cfg.dataset.source, resolve=True),
+        "partition": OmegaConf.to_container(cfg.partition, resolve=True),
+        "num_partitions": int(num_partitions),
+        "seed": int(cfg.seed),
+    }
+    return _partitions(json.dumps(key, sort_keys=True))
+
+
+def build_model(cfg: DictConfig) -> nn.Module:
+    """The initial global model: identical on every process for the same seed."""
+    seed_everything(int(cfg.seed))
+    return build(cfg.model)

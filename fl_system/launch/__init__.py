@@ -1,0 +1,1 @@
+"""How processes are started: local (real processes on loopback), simulation, remote."""

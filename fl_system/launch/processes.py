@@ -1,0 +1,92 @@
+"""Child processes that are always cleaned up: own process group, SIGINT first, then SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it, so parallel runs differ)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for Flower's tools: this interpreter's bin/ first on PATH.
+
+    The SuperLink and SuperNode start helpers (flower-superexec, flwr-serverapp,
+    flwr-clientapp) by name, so they must resolve to this environment's copies.
+    """
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+class ProcessGroup:
+    """Starts commands in their own sessions and tears all of them down together."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(
+        self, name: str, cmd: Sequence[str], log_path: Path, env: dict[str, str]
+    ) -> subprocess.Popen:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def first_dead(self) -> tuple[str, int] | None:
+        """(name, exit code) of a process that has exited, if any."""
+        for name, proc in self.procs:
+            code = proc.poll()
+            if code is not None:
+                return name, code
+        return None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGINT every group (Flower's SuperLink ignores SIGTERM), then SIGKILL stragglers."""
+        for _, proc in reversed(self.procs):
+            _signal_group(proc, signal.SIGINT)
+        deadline = time.monotonic() + grace
+        for _, proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        for _, proc in self.procs:
+            # The group may hold grandchildren (flwr-clientapp, flower-superexec) even
+            # after the leader exited: kill the whole group unconditionally.
+            _signal_group(proc, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self.procs.clear()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)

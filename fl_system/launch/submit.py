@@ -1,0 +1,79 @@
+"""Submitting a run with `flwr run`: connection file, run config file, app directory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+import fl_system
+from fl_system import protocol
+
+CONNECTION = "fl-system"
+
+
+class LaunchError(RuntimeError):
+    """A runtime could not start or reach the federation."""
+
+
+def app_dir() -> Path:
+    """The Flower app (this project's root): where pyproject.toml declares the components."""
+    root = Path(fl_system.__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        raise LaunchError(
+            f"no pyproject.toml next to the fl_system package ({root}); install the project "
+            "from its source tree with `pip install -e .`"
+        )
+    return root
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How `flwr run` reaches a SuperLink's Control API."""
+
+    address: str
+    insecure: bool = False
+    root_certificates: str | None = None
+
+
+def write_flwr_home(home: Path, conn: Connection) -> None:
+    """A private FLWR_HOME whose config.toml names exactly one connection."""
+    entry: dict = {"address": conn.address, "insecure": conn.insecure}
+    if conn.root_certificates:
+        entry["root-certificates"] = str(Path(conn.root_certificates).resolve())
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        tomli_w.dumps({"superlink": {"default": CONNECTION, CONNECTION: entry}})
+    )
+
+
+def write_run_config(path: Path, config_json: str) -> Path:
+    """The run-config override file: the whole experiment in one string key."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps({protocol.RUN_CONFIG: config_json}))
+    return path
+
+
+def flwr_run_command(run_config_file: Path) -> list[str]:
+    return [
+        "flwr",
+        "run",
+        str(app_dir()),
+        CONNECTION,
+        "--run-config",
+        str(run_config_file),
+        "--stream",
+    ]
+
+
+def submit_and_follow(cfg, paths, conn: Connection, procs, env: dict[str, str]) -> None:
+    """Submit the run through `conn` with a private FLWR_HOME and follow it to the end."""
+    from fl_system.experiment import config_to_json
+    from fl_system.progress import follow_run
+
+    flwr_home = Path(env["FLWR_HOME"])
+    write_flwr_home(flwr_home, conn)
+    run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
+    submit = procs.start("flwr run", flwr_run_command(run_file), paths.logs / "serverapp.log", env)
+    follow_run(cfg, paths, submit, watch=procs)

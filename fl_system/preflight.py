@@ -1,0 +1,42 @@
+"""Everything that can be checked before a process starts, so bad input fails fast and clean."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from fl_system.experiment import build, build_model, load_dataset, partition_indices
+from fl_system.run_dir import RunPaths
+from fl_system.validation import ConfigError, check_values
+
+
+def preflight(cfg: DictConfig, paths: RunPaths) -> None:
+    """Validate values, build every part once, and check the resume state of the run dir."""
+    check_values(cfg)
+    build(cfg.algorithm.strategy)
+    build(cfg.algorithm.local_rule)
+    try:
+        build_model(cfg)
+    except ValueError as err:
+        raise ConfigError(f"model={cfg.model.name}: {err}") from err
+    load_dataset(cfg)
+    partition_indices(cfg, cfg.num_clients)
+    _check_resume(cfg, paths)
+
+
+def _check_resume(cfg: DictConfig, paths: RunPaths) -> None:
+    # Imported here: the checkpoint module belongs to the server half.
+    from server_app.checkpoint import check_same_experiment, load_checkpoint
+
+    if cfg.resume:
+        ckpt = load_checkpoint(paths.checkpoint)
+        check_same_experiment(ckpt.config, OmegaConf.to_container(cfg, resolve=True))
+        if ckpt.round >= cfg.num_rounds:
+            raise ConfigError(
+                f"the checkpoint is already at round {ckpt.round}; raise num_rounds "
+                f"(now {cfg.num_rounds}) to continue"
+            )
+    elif paths.checkpoint.exists():
+        raise ConfigError(
+            f"{paths.root} already holds a run; pass resume=true to continue it "
+            "or choose another hydra.run.dir"
+        )

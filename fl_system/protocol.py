@@ -1,0 +1,38 @@
+"""What the server and client halves say to each other: record names, keys, wire size.
+
+Every key that crosses the wire is defined here once, so the two halves of an algorithm
+(`server_app/strategies/<name>.py` and `client_app/algorithms/<name>.py`) cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from flwr.app import Message
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+# Records inside a message's RecordDict.
+ARRAYS = "arrays"  # ArrayRecord: model weights (down: global, up: local)
+CONFIG = "config"  # ConfigRecord: per-message settings
+METRICS = "metrics"  # MetricRecord: a reply's scalars
+
+# ConfigRecord keys (server -> client).
+RUN_CONFIG = "run-config"  # the resolved experiment config as JSON (run config + handshake)
+SERVER_ROUND = "server-round"
+
+# MetricRecord keys (client -> server).
+PARTITION_ID = "partition-id"
+NUM_EXAMPLES = "num-examples"
+TRAIN_LOSS = "train-loss"
+NUM_STEPS = "num-steps"
+COMPUTE_SECONDS = "compute-seconds"
+
+# Message sent once per node before its first round: carries the config, returns identity.
+HANDSHAKE = "query.handshake"
+
+
+def wire_bytes(message: Message) -> int:
+    """Serialized size of a message as it travels: every object Flower pushes or pulls.
+
+    Flower deflates a message into content-addressed objects (message, records, array
+    chunks) and moves each over gRPC; their deflated sizes are the payload on the wire.
+    """
+    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())

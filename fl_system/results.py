@@ -1,0 +1,231 @@
+"""Run results on disk: per-round ``metrics.csv``, ``summary.json`` and ``curve.png``.
+
+The CSV is the source of truth, so it is fsynced per row and can be cut back to a
+checkpoint's round on resume; the summary and the plot are derived from it and written
+atomically, so a crash never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "METRIC_COLUMNS",
+    "MetricsLog",
+    "plot_curve",
+    "summarize",
+    "write_summary",
+]
+
+METRIC_COLUMNS: tuple[str, ...] = (
+    "round",
+    "wall_seconds",
+    "train_loss",
+    "test_accuracy",
+    "test_loss",
+    "participants",
+    "failures",
+    "bytes_up",
+    "bytes_down",
+)
+
+Cell = float | int | str | None
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same folder and ``os.replace`` it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _cell(value: Cell) -> str:
+    return "" if value is None else str(value)
+
+
+class MetricsLog:
+    """Append-only metrics.csv that survives resume; extra algorithm columns allowed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._columns: list[str] = []
+        if self.path.exists():
+            self._drop_partial_last_line()
+            with self.path.open(newline="") as handle:
+                self._columns = next(csv.reader(handle), [])
+
+    @property
+    def columns(self) -> list[str]:
+        """Header of the file as it stands (empty before the first row)."""
+        return list(self._columns)
+
+    def append(self, row: Mapping[str, Cell]) -> None:
+        """Add one round's row; a new extra key widens the header and rewrites the file."""
+        if row.get("round") is None:
+            raise ValueError("a metrics row needs a 'round' value")
+        wanted = self._columns_for(row.keys())
+        if self._columns and wanted != self._columns:
+            self._rewrite(self.rows(), wanted)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", newline="") as handle:
+            writer = csv.writer(handle)
+            if not self._columns:
+                writer.writerow(wanted)
+                self._columns = wanted
+            writer.writerow([_cell(row.get(col)) for col in self._columns])
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def rows(self) -> list[dict[str, str]]:
+        """All rows as strings; cells missing from older narrower rows read as ''."""
+        if not self.path.exists():
+            return []
+        with self.path.open(newline="") as handle:
+            return [
+                {key: value or "" for key, value in record.items() if key is not None}
+                for record in csv.DictReader(handle, restval="")
+            ]
+
+    def truncate_after(self, round_: int) -> None:
+        """Drop rows after ``round_`` so a resumed run does not log those rounds twice."""
+        if not self._columns:
+            return
+        kept = [r for r in self.rows() if int(float(r["round"])) <= round_]
+        self._rewrite(kept, self._columns)
+
+    def _columns_for(self, keys: Iterable[str]) -> list[str]:
+        extras = {k for k in keys if k not in METRIC_COLUMNS}
+        extras.update(c for c in self._columns if c not in METRIC_COLUMNS)
+        return [*METRIC_COLUMNS, *sorted(extras)]
+
+    def _rewrite(self, rows: Sequence[Mapping[str, str]], columns: list[str]) -> None:
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([row.get(col, "") for col in columns])
+        _atomic_write(self.path, buffer.getvalue().encode())
+        self._columns = list(columns)
+
+    def _drop_partial_last_line(self) -> None:
+        """A crash mid-write can leave a row without its newline; that row is not trusted."""
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            _atomic_write(self.path, data[: data.rfind(b"\n") + 1])
+
+
+def _number(value: Any) -> float | None:
+    """Parse a CSV cell (or a raw number); blanks, None and junk become None."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _count(value: Any) -> int:
+    number = _number(value)
+    return 0 if number is None else int(number)
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | None) -> dict:
+    """Headline numbers of a run; rounds without an evaluation are skipped for accuracy."""
+    evaluated = [
+        (_count(r.get("round")), acc, _number(r.get("wall_seconds")))
+        for r in rows
+        if (acc := _number(r.get("test_accuracy"))) is not None
+    ]
+    summary: dict[str, Any] = {
+        "final_accuracy": evaluated[-1][1] if evaluated else None,
+        "best_accuracy": None,
+        "best_round": None,
+        "rounds": _count(rows[-1].get("round")) if rows else 0,
+        "rounds_to_target": None,
+        "seconds_to_target": None,
+        "bytes_up": sum(_count(r.get("bytes_up")) for r in rows),
+        "bytes_down": sum(_count(r.get("bytes_down")) for r in rows),
+        "wall_seconds": _number(rows[-1].get("wall_seconds")) if rows else None,
+        "mean_last10_accuracy": None,
+    }
+    if evaluated:
+        best = max(evaluated, key=lambda item: item[1])  # max keeps the earliest tie
+        summary["best_accuracy"], summary["best_round"] = best[1], best[0]
+        last10 = [acc for _, acc, _ in evaluated[-10:]]
+        summary["mean_last10_accuracy"] = sum(last10) / len(last10)
+    if target_accuracy is not None:
+        hit = next((item for item in evaluated if item[1] >= target_accuracy), None)
+        if hit is not None:
+            summary["rounds_to_target"], summary["seconds_to_target"] = hit[0], hit[2]
+    return summary
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf are not JSON; numpy scalars are not JSON-serialisable: fix both."""
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_summary(path: Path, summary: Mapping) -> None:
+    """Write summary.json atomically (indent 2, strict JSON)."""
+    text = json.dumps(_json_safe(summary), indent=2, allow_nan=False, default=str)
+    _atomic_write(Path(path), (text + "\n").encode())
+
+
+def _series(rows: Sequence[Mapping[str, Any]], column: str) -> list[tuple[int, float]]:
+    """(round, value) pairs of one column, skipping blank cells."""
+    return [
+        (_count(r.get("round")), value)
+        for r in rows
+        if (value := _number(r.get(column))) is not None
+    ]
+
+
+def plot_curve(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> None:
+    """Test accuracy against round, train loss on a twin axis; written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless servers and SuperNode containers have no display
+    import matplotlib.pyplot as plt
+
+    acc = _series(rows, "test_accuracy")
+    loss = _series(rows, "train_loss")
+    fig, ax_acc = plt.subplots(figsize=(6.4, 4.0))
+    try:
+        ax_acc.plot([x for x, _ in acc], [y for _, y in acc], color="tab:blue", marker=".")
+        ax_acc.set_xlabel("round")
+        ax_acc.set_ylabel("test accuracy", color="tab:blue")
+        ax_loss = ax_acc.twinx()
+        ax_loss.plot([x for x, _ in loss], [y for _, y in loss], color="tab:orange", alpha=0.7)
+        ax_loss.set_ylabel("train loss", color="tab:orange")
+        ax_acc.set_title(title)
+        ax_acc.grid(alpha=0.3)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    _atomic_write(Path(path), buffer.getvalue())

@@ -1,0 +1,35 @@
+"""Where a run keeps its files; one place so server, CLI and tests agree on names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.csv"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def curve(self) -> Path:
+        return self.root / "curve.png"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint.npz"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"

@@ -1,0 +1,64 @@
+"""Checks a composed config before any process starts: one clear message per problem."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """The config asks for something impossible; the message names the key."""
+
+
+def _int(minimum: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+
+
+def _non_negative_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "seed": (_int(0), "a non-negative integer"),
+    "num_clients": (_int(1), "a positive integer"),
+    "num_rounds": (_int(1), "a positive integer"),
+    "eval_every": (_int(1), "a positive integer"),
+    "clients_per_round": (_optional(_int(1)), "null or a positive integer"),
+    "min_clients": (_optional(_int(1)), "null or a positive integer"),
+    "target_accuracy": (
+        _optional(lambda v: _positive_number(v) and v <= 1),
+        "null or a number in (0, 1]",
+    ),
+    "round_timeout": (_positive_number, "a positive number of seconds"),
+    "resume": (lambda v: isinstance(v, bool), "true or false"),
+    "train.local_epochs": (_int(1), "a positive integer"),
+    "train.local_steps": (_optional(_int(1)), "null or a positive integer"),
+    "train.batch_size": (_int(1), "a positive integer"),
+    "train.lr": (_positive_number, "a positive number"),
+    "train.momentum": (_non_negative_number, "a number >= 0"),
+    "train.weight_decay": (_non_negative_number, "a number >= 0"),
+}
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Type and range checks of the top-level settings."""
+    for key, (ok, expected) in RULES.items():
+        value = OmegaConf.select(cfg, key)
+        if not ok(value):
+            raise ConfigError(f"{key} must be {expected}, got {value!r}")
+    if cfg.clients_per_round is not None and cfg.clients_per_round > cfg.num_clients:
+        raise ConfigError(
+            f"clients_per_round ({cfg.clients_per_round}) exceeds num_clients ({cfg.num_clients})"
+        )
+    if cfg.min_clients is not None and cfg.min_clients > (cfg.clients_per_round or cfg.num_clients):
+        raise ConfigError(f"min_clients ({cfg.min_clients}) exceeds the clients of a round")

@@ -1,0 +1,105 @@
+"""Which SuperNode holds which partition.
+
+Node ids are random and change when a SuperNode restarts, so the server learns each node's
+partition id with a handshake (a query message that also carries the experiment config) and
+keys all per-client state by partition id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from fl_system import protocol
+
+log = logging.getLogger(__name__)
+
+
+class NodeRegistry:
+    """Maps connected node ids to partition ids, handshaking new nodes as they appear."""
+
+    def __init__(self, grid: Grid, run_config_json: str, *, num_partitions: int) -> None:
+        self._grid = grid
+        self._config_json = run_config_json
+        self._num_partitions = num_partitions
+        self.partition_of: dict[int, int] = {}
+        self._rejected: set[int] = set()  # nodes whose handshake failed or clashed
+        self.bytes_down = 0
+        self.bytes_up = 0
+
+    def refresh(self, timeout: float) -> dict[int, int]:
+        """Handshake nodes not seen before; forget nodes that left. Returns node -> partition."""
+        online = set(self._grid.get_node_ids())
+        for gone in set(self.partition_of) - online:
+            log.warning("node %d (partition %d) left", gone, self.partition_of.pop(gone))
+        new = sorted(online - set(self.partition_of) - self._rejected)
+        if new:
+            self._handshake(new, timeout)
+        return dict(self.partition_of)
+
+    def wait_for(
+        self, count: int, timeout: float, *, say: Callable[[str], None] = log.info
+    ) -> dict[int, int]:
+        """Block until `count` distinct partitions are connected, or fail after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        last_report = 0.0
+        while True:
+            nodes = self.refresh(timeout=max(deadline - time.monotonic(), 1.0))
+            have = len(set(nodes.values()))
+            if have >= count:
+                return nodes
+            now = time.monotonic()
+            if now >= deadline:
+                raise TimeoutError(
+                    f"only {have} of {count} clients connected after {timeout:.0f} s "
+                    "(check that every SuperNode reaches the SuperLink's Fleet API)"
+                )
+            if now - last_report > 10:
+                say(f"waiting for clients: {have}/{count} connected, {deadline - now:.0f} s left")
+                last_report = now
+            time.sleep(1.0)
+
+    def _handshake(self, node_ids: list[int], timeout: float) -> None:
+        messages = [
+            Message(
+                content=RecordDict(
+                    {protocol.CONFIG: ConfigRecord({protocol.RUN_CONFIG: self._config_json})}
+                ),
+                dst_node_id=node_id,
+                message_type=protocol.HANDSHAKE,
+            )
+            for node_id in node_ids
+        ]
+        self.bytes_down += sum(protocol.wire_bytes(m) for m in messages)
+        claimed = set(self.partition_of.values())
+        for reply in self._grid.send_and_receive(messages, timeout=timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                log.warning("node %d failed the handshake: %s", node, reply.error.reason)
+                self._rejected.add(node)
+                continue
+            self.bytes_up += protocol.wire_bytes(reply)
+            pid = int(reply.content.metric_records[protocol.METRICS][protocol.PARTITION_ID])
+            if not 0 <= pid < self._num_partitions or pid in claimed:
+                self._rejected.add(node)
+            if not 0 <= pid < self._num_partitions:
+                log.error(
+                    "node %d reports partition-id %d, outside 0..%d: ignored",
+                    node,
+                    pid,
+                    self._num_partitions - 1,
+                )
+            elif pid in claimed:
+                log.error(
+                    "node %d reports partition-id %d, already held by another node: ignored "
+                    "(each SuperNode needs its own partition-id)",
+                    node,
+                    pid,
+                )
+            else:
+                self.partition_of[node] = pid
+                claimed.add(pid)

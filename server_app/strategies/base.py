@@ -1,0 +1,209 @@
+"""The base every fl_system strategy builds on.
+
+Flower's built-in strategies send one identical message to every sampled node and reject a
+reply that carries more than one ArrayRecord/MetricRecord. Our algorithms need per-node
+content (control variates, step counts) and send extra records (statistics, Fisher vectors),
+so this base builds one message per node, accepts extra records, separates failed replies
+instead of failing the round, and exposes `state_dict()` for checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from fl_system import protocol
+
+log = logging.getLogger(__name__)
+
+StrategyState = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """One successful training reply, unpacked."""
+
+    node_id: int
+    partition_id: int
+    num_examples: int
+    arrays: list[np.ndarray]
+    metrics: MetricRecord
+    content: RecordDict
+
+
+@dataclass(frozen=True)
+class ClientFailure:
+    """A reply that could not be used, and why."""
+
+    node_id: int
+    reason: str
+
+
+def unpack_replies(replies: Iterable[Message]) -> tuple[list[ClientReply], list[ClientFailure]]:
+    """Split replies into usable ones (sorted by partition id) and failures with a reason."""
+    ok: list[ClientReply] = []
+    failed: list[ClientFailure] = []
+    for msg in replies:
+        node = msg.metadata.src_node_id
+        if msg.has_error():
+            failed.append(ClientFailure(node, f"client error: {msg.error.reason}"))
+            continue
+        content = msg.content
+        metrics = content.metric_records.get(protocol.METRICS)
+        arrays = content.array_records.get(protocol.ARRAYS)
+        missing = [
+            name
+            for name, present in (
+                (f"ArrayRecord '{protocol.ARRAYS}'", arrays is not None),
+                (f"MetricRecord '{protocol.METRICS}'", metrics is not None),
+            )
+            if not present
+        ]
+        if not missing:
+            missing = [
+                f"metric '{key}'"
+                for key in (protocol.NUM_EXAMPLES, protocol.PARTITION_ID)
+                if key not in metrics
+            ]
+        if missing:
+            failed.append(ClientFailure(node, "reply lacks " + ", ".join(missing)))
+            continue
+        ok.append(
+            ClientReply(
+                node_id=node,
+                partition_id=int(metrics[protocol.PARTITION_ID]),
+                num_examples=int(metrics[protocol.NUM_EXAMPLES]),
+                arrays=arrays.to_numpy_ndarrays(),
+                metrics=metrics,
+                content=content,
+            )
+        )
+    ok.sort(key=lambda r: r.partition_id)
+    return ok, failed
+
+
+def arrays_like(template: ArrayRecord, values: list[np.ndarray]) -> ArrayRecord:
+    """An ArrayRecord with the template's keys (layer names) and the given values."""
+    if not template:
+        return ArrayRecord.from_numpy_ndarrays(values)
+    return ArrayRecord({k: Array(v) for k, v in zip(template.keys(), values, strict=True)})
+
+
+class FederatedStrategy(Strategy):
+    """Per-node messages, lenient reply validation, checkpointable state.
+
+    Subclasses implement `aggregate` (and may override `node_content` to send each node
+    something of its own). The round driver calls `train_messages` with the nodes it
+    sampled; Flower's own `Strategy.start` goes through `configure_train`, which addresses
+    every connected node.
+    """
+
+    def __init__(self) -> None:
+        self.global_arrays: ArrayRecord = ArrayRecord()
+        self.last_failures: list[ClientFailure] = []
+
+    # ----- sending -------------------------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        nodes = {node_id: None for node_id in sorted(grid.get_node_ids())}
+        return self.train_messages(server_round, arrays, config, nodes)
+
+    def train_messages(
+        self,
+        server_round: int,
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        nodes: Mapping[int, int | None],
+    ) -> list[Message]:
+        """One message per node id; `nodes` maps node id to partition id (None if unknown)."""
+        self.global_arrays = arrays
+        return [
+            Message(
+                content=self.node_content(server_round, arrays, config, partition_id),
+                dst_node_id=node_id,
+                message_type=MessageType.TRAIN,
+            )
+            for node_id, partition_id in nodes.items()
+        ]
+
+    def node_content(
+        self,
+        server_round: int,
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        partition_id: int | None,
+    ) -> RecordDict:
+        """What one node receives; the default is the global model and the round config."""
+        return RecordDict({protocol.ARRAYS: arrays, protocol.CONFIG: config})
+
+    # ----- receiving -----------------------------------------------------------------------
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        ok, self.last_failures = unpack_replies(replies)
+        for failure in self.last_failures:
+            log.warning(
+                "round %d: node %d dropped: %s", server_round, failure.node_id, failure.reason
+            )
+        if not ok:
+            return None, None
+        new_arrays = self.aggregate(server_round, ok)
+        metrics = MetricRecord(
+            {
+                "train_loss": _weighted_mean(ok, protocol.TRAIN_LOSS),
+                **self.round_metrics(server_round, ok),
+            }
+        )
+        return arrays_like(self.global_arrays, new_arrays), metrics
+
+    def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
+        """The new global model's layers from this round's usable replies."""
+        raise NotImplementedError
+
+    def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
+        """Algorithm-specific scalars for this round's metrics row (none by default)."""
+        return {}
+
+    # ----- evaluation is central (done by the driver), not federated -------------------------
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return []
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        return None
+
+    def summary(self) -> None:
+        log.info("strategy %s", type(self).__name__)
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> StrategyState:
+        """Server-side state that must survive a restart (none for stateless strategies)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}")
+
+
+def _weighted_mean(replies: list[ClientReply], key: str) -> float:
+    pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
+    total = sum(n for n, _ in pairs)
+    return sum(n * v for n, v in pairs) / total if total else float("nan")
