@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol
-from fl_system.devices import resolve_device
+from fl_system.devices import apply_thread_limit, resolve_device
 from fl_system.experiment import build, build_model, config_from_json
 from fl_system.seeding import derive_seed
 
@@ -38,6 +38,7 @@ def train(msg: Message, context: Context) -> Message:
         raise RuntimeError("train message before the handshake: this node has no run config")
     cfg = config_from_json(str(context.state.config_records[_STATE][protocol.RUN_CONFIG]))
     node = NodeIdentity.from_context(context)
+    apply_thread_limit()
     server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
     x, y = local_training_data(cfg, node)
     model = build_model(cfg)

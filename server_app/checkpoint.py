@@ -90,7 +90,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
             )
     except CheckpointError:
         raise
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as err:
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as err:
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({err})") from err
 
 

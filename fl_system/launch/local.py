@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from fl_system.devices import THREADS_ENV
 from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
 from fl_system.launch.submit import Connection, LaunchError, submit_and_follow
 from fl_system.run_dir import RunPaths
@@ -17,14 +18,17 @@ from fl_system.run_dir import RunPaths
 class LocalRuntime:
     """Starts the whole federation on this machine and always tears it down."""
 
-    def __init__(self, *, host: str = "127.0.0.1", startup_timeout: float = 60) -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", startup_timeout: float = 60, torch_threads: int = 1
+    ) -> None:
         self.host = host
         self.startup_timeout = startup_timeout
+        self.torch_threads = torch_threads
 
     def run(self, cfg: DictConfig, paths: RunPaths) -> None:
         procs = ProcessGroup()
         flwr_home = Path(tempfile.mkdtemp(prefix="fl-system-flwr-"))
-        env = tool_env({"FLWR_HOME": str(flwr_home), "FL_TORCH_THREADS": "1"})
+        env = tool_env({"FLWR_HOME": str(flwr_home), THREADS_ENV: str(self.torch_threads)})
         try:
             control = self._start(procs, cfg, paths, env)
             conn = Connection(f"{self.host}:{control}", insecure=True)

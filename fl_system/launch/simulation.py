@@ -9,6 +9,7 @@ import warnings
 
 from omegaconf import DictConfig
 
+from fl_system.devices import THREADS_ENV
 from fl_system.experiment import config_to_json
 from fl_system.launch.submit import LaunchError
 from fl_system.progress import ProgressBar
@@ -31,7 +32,7 @@ class SimulationRuntime:
         from client_app.app import app as client_app
         from server_app.app import server_app_for
 
-        os.environ["FL_TORCH_THREADS"] = str(self.torch_threads)  # inherited by Ray workers
+        os.environ[THREADS_ENV] = str(self.torch_threads)  # inherited by Ray workers
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
         handler = _log_to_file(paths.logs / "simulation.log")
         bar = ProgressBar(cfg, paths)

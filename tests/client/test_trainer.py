@@ -1,0 +1,93 @@
+"""Local training engine and the FedAvg/FedProx local rules on tiny models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from client_app.algorithms.base import LocalContext
+from client_app.algorithms.fedavg import FedAvgRule
+from client_app.algorithms.fedprox import FedProxRule
+from client_app.trainer import TrainSettings, batches, train_locally
+
+CPU = torch.device("cpu")
+
+
+def _data(n: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    return x, (x[:, 0] > 0).astype(np.int64)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(4, 2)
+
+
+def _train(rule, settings=TrainSettings(batch_size=8, lr=0.1), seed=5) -> nn.Module:
+    model = _model()
+    x, y = _data()
+    train_locally(model, x, y, rule, settings, seed=seed, device=CPU)
+    return model
+
+
+def test_same_seed_same_model_other_seed_other_model() -> None:
+    a, b, c = _train(FedAvgRule()), _train(FedAvgRule()), _train(FedAvgRule(), seed=6)
+    assert torch.equal(a.weight, b.weight)
+    assert not torch.equal(a.weight, c.weight)
+
+
+def test_fedprox_with_mu_zero_is_fedavg() -> None:
+    assert torch.equal(_train(FedProxRule(mu=0.0)).weight, _train(FedAvgRule()).weight)
+
+
+def test_fedprox_term_gradient_is_mu_times_drift() -> None:
+    model = _model()
+    ctx = LocalContext(
+        model=model,
+        global_params=[p.detach().clone() for p in model.parameters()],
+        device=CPU,
+        lr=0.1,
+        received=None,  # type: ignore[arg-type]
+    )
+    with torch.no_grad():
+        model.weight.add_(1.5)
+    term = FedProxRule(mu=0.2).loss_term(ctx, None, None, None)  # type: ignore[arg-type]
+    term.backward()
+    torch.testing.assert_close(model.weight.grad, torch.full_like(model.weight, 0.2 * 1.5))
+    torch.testing.assert_close(model.bias.grad, torch.zeros_like(model.bias))
+    assert term.item() == pytest.approx(0.5 * 0.2 * 1.5**2 * 8)
+
+
+def test_fedprox_pulls_towards_the_global_model() -> None:
+    start = _model().weight.detach().clone()
+    drift_avg = (_train(FedAvgRule()).weight - start).norm()
+    drift_prox = (_train(FedProxRule(mu=5.0)).weight - start).norm()
+    assert drift_prox < drift_avg
+
+
+def test_fedprox_rejects_negative_mu() -> None:
+    with pytest.raises(ValueError, match="mu must be >= 0"):
+        FedProxRule(mu=-1)
+
+
+def test_batches_epochs_and_fixed_steps() -> None:
+    g = torch.Generator().manual_seed(0)
+    epochs = list(batches(10, TrainSettings(local_epochs=2, batch_size=4), g))
+    assert [len(b) for b in epochs] == [4, 4, 2, 4, 4, 2]
+    assert sorted(torch.cat(epochs[:3]).tolist()) == list(range(10))
+    steps = list(batches(10, TrainSettings(local_steps=7, batch_size=4), g))
+    assert len(steps) == 7
+    dropped = list(batches(10, TrainSettings(batch_size=4, drop_last=True), g))
+    assert [len(b) for b in dropped] == [4, 4]
+
+
+def test_result_reports_examples_steps_and_loss() -> None:
+    x, y = _data()
+    result = train_locally(
+        _model(), x, y, FedAvgRule(), TrainSettings(batch_size=8), seed=1, device=CPU
+    )
+    assert result.num_examples == 40 and result.steps == 5
+    assert 0 < result.mean_loss < 5 and result.seconds > 0

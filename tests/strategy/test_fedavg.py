@@ -1,0 +1,106 @@
+"""FedAvg/FedProx server math on mock replies, against Flower's own FedAvg."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
+from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
+
+from fl_system import protocol
+from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fedprox import FedProx
+from tests.mock_replies import reply
+
+
+def _replies(seed: int = 0) -> list[Message]:
+    rng = np.random.default_rng(seed)
+    shapes = [(6, 1, 5, 5), (6,), (10, 24)]
+    sizes = [120, 37, 843]
+    return [
+        reply(
+            100 + k,
+            [rng.normal(size=s).astype(np.float32) for s in shapes],
+            partition_id=k,
+            num_examples=n,
+            train_loss=float(k),
+        )
+        for k, n in enumerate(sizes)
+    ]
+
+
+def test_fedavg_equals_flowers_fedavg_on_the_same_replies() -> None:
+    replies = _replies()
+    ours, _ = FedAvg().aggregate_train(1, replies)
+    theirs, _ = FlowerFedAvg().aggregate_train(1, replies)
+    assert ours is not None and theirs is not None
+    diffs = [
+        np.max(np.abs(a - b))
+        for a, b in zip(ours.to_numpy_ndarrays(), theirs.to_numpy_ndarrays(), strict=True)
+    ]
+    assert max(diffs) <= 1e-6
+
+
+def test_fedavg_weights_by_examples_exactly() -> None:
+    replies = [
+        reply(1, [np.array([1.0, 2.0], np.float32)], partition_id=0, num_examples=1),
+        reply(2, [np.array([4.0, 8.0], np.float32)], partition_id=1, num_examples=3),
+    ]
+    arrays, metrics = FedAvg().aggregate_train(1, replies)
+    np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [3.25, 6.5])
+    assert metrics["train_loss"] == 0.0
+
+
+def test_fedprox_server_is_fedavg() -> None:
+    replies = _replies(seed=3)
+    a, _ = FedAvg().aggregate_train(1, replies)
+    b, _ = FedProx().aggregate_train(1, replies)
+    for x, y in zip(a.to_numpy_ndarrays(), b.to_numpy_ndarrays(), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_failed_and_malformed_replies_are_dropped_with_reasons() -> None:
+    good = _replies()
+    sent = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    error = Message(Error(code=1, reason="out of memory"), reply_to=sent)
+    sent2 = Message(RecordDict(), dst_node_id=8, message_type=MessageType.TRAIN)
+    no_metrics = Message(RecordDict({protocol.ARRAYS: ArrayRecord()}), reply_to=sent2)
+    strategy = FedAvg()
+    arrays, _ = strategy.aggregate_train(1, [*good, error, no_metrics])
+    expected, _ = FedAvg().aggregate_train(1, good)
+    for x, y in zip(arrays.to_numpy_ndarrays(), expected.to_numpy_ndarrays(), strict=True):
+        np.testing.assert_array_equal(x, y)
+    reasons = {f.node_id: f.reason for f in strategy.last_failures}
+    assert reasons[7] == "client error: out of memory"
+    assert "MetricRecord 'metrics'" in reasons[8]
+
+
+def test_extra_records_do_not_reject_a_reply() -> None:
+    extra = RecordDict({"extra-stats": ConfigRecord({"note": "hi"})})
+    replies = [
+        reply(1, [np.ones(2, np.float32)], partition_id=0, num_examples=2, extra=extra),
+        reply(2, [np.zeros(2, np.float32)], partition_id=1, num_examples=2),
+    ]
+    arrays, _ = FedAvg().aggregate_train(1, replies)
+    np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [0.5, 0.5])
+
+
+def test_no_usable_reply_gives_nothing() -> None:
+    sent = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    error = Message(Error(code=1, reason="boom"), reply_to=sent)
+    assert FedAvg().aggregate_train(1, [error]) == (None, None)
+
+
+def test_train_messages_are_per_node_and_keep_layer_names() -> None:
+    arrays = ArrayRecord.from_numpy_ndarrays([np.zeros(3, np.float32)])
+    msgs = FedAvg().train_messages(
+        4, arrays, ConfigRecord({protocol.SERVER_ROUND: 4}), {11: 0, 12: 1}
+    )
+    assert [m.metadata.dst_node_id for m in msgs] == [11, 12]
+    assert all(m.metadata.message_type == MessageType.TRAIN for m in msgs)
+    assert msgs[0].content.config_records[protocol.CONFIG][protocol.SERVER_ROUND] == 4
+
+
+def test_stateless_strategy_rejects_foreign_state() -> None:
+    with pytest.raises(ValueError, match="keeps no state"):
+        FedAvg().load_state_dict({"c": np.zeros(1)})

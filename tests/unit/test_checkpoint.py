@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from server_app.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    check_same_experiment,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+
+def _ckpt() -> Checkpoint:
+    return Checkpoint(
+        round=3,
+        model={"conv.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(2)},
+        strategy_state={"c": np.array([0.5, -1.0])},
+        elapsed_seconds=12.5,
+        config={"seed": 1, "num_rounds": 5},
+    )
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.npz"
+    save_checkpoint(path, _ckpt())
+    got = load_checkpoint(path)
+    assert got.round == 3 and got.elapsed_seconds == 12.5
+    assert list(got.model) == ["conv.weight", "b"]
+    np.testing.assert_array_equal(got.model["conv.weight"], _ckpt().model["conv.weight"])
+    np.testing.assert_array_equal(got.strategy_state["c"], [0.5, -1.0])
+    assert got.config == {"seed": 1, "num_rounds": 5}
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("payload", [b"", b"not a zip at all", b"PK\x03\x04broken"])
+def test_corrupt_file_is_a_clear_error(tmp_path: Path, payload: bytes) -> None:
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(payload)
+    with pytest.raises(CheckpointError, match="corrupt or unreadable"):
+        load_checkpoint(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        load_checkpoint(tmp_path / "checkpoint.npz")
+
+
+def test_only_some_keys_may_change_on_resume() -> None:
+    check_same_experiment({"seed": 1, "num_rounds": 5}, {"seed": 1, "num_rounds": 9})
+    with pytest.raises(CheckpointError, match="differs from the checkpointed run in seed"):
+        check_same_experiment({"seed": 1}, {"seed": 2})

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from fl_system.cli import CONF_DIR
+from fl_system.validation import ConfigError, check_values
+
+
+def _cfg(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def test_defaults_are_valid() -> None:
+    check_values(_cfg())
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("num_rounds=-1", "num_rounds must be a positive integer, got -1"),
+        ("num_clients=0", "num_clients must be a positive integer, got 0"),
+        ("train.lr=0", "train.lr must be a positive number, got 0"),
+        ("target_accuracy=1.5", "target_accuracy must be null or a number in (0, 1]"),
+        ("clients_per_round=9", "clients_per_round (9) exceeds num_clients (4)"),
+        ("resume=maybe", "resume must be true or false"),
+    ],
+)
+def test_bad_values_name_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_values(_cfg(override))
+    assert message in str(err.value)
