@@ -11,20 +11,26 @@ import json
 from typing import Any
 
 import numpy as np
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from fl_system.data import DatasetArrays
 from fl_system.seeding import seed_everything
+from fl_system.validation import ConfigError
 
 
 def build(node: DictConfig, **overrides: Any) -> Any:
     """Instantiate a config group node; its descriptive `name` key is not an argument."""
     params = OmegaConf.to_container(node, resolve=True)
     assert isinstance(params, dict)
-    params.pop("name", None)
-    return instantiate(params, **overrides, _convert_="all")
+    name = params.pop("name", params.get("_target_"))
+    try:
+        return instantiate(params, **overrides, _convert_="all")
+    except InstantiationException as err:
+        cause = err.__cause__ or err
+        raise ConfigError(f"{name}: {cause}") from err
 
 
 def config_to_json(cfg: DictConfig) -> str:

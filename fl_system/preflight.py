@@ -14,10 +14,7 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     check_values(cfg)
     build(cfg.algorithm.strategy)
     build(cfg.algorithm.local_rule)
-    try:
-        build_model(cfg)
-    except ValueError as err:
-        raise ConfigError(f"model={cfg.model.name}: {err}") from err
+    build_model(cfg)
     load_dataset(cfg)
     partition_indices(cfg, cfg.num_clients)
     _check_resume(cfg, paths)

@@ -30,6 +30,7 @@ from server_app.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from server_app.exchange import exchange
 from server_app.nodes import NodeRegistry
 from server_app.strategies.base import FederatedStrategy
 
@@ -107,7 +108,7 @@ class RoundDriver:
             rnd, arrays, config, {node_of[pid]: pid for pid in chosen}
         )
         bytes_down = sum(protocol.wire_bytes(m) for m in messages)
-        replies = list(self.grid.send_and_receive(messages, timeout=cfg.round_timeout))
+        replies = exchange(self.grid, messages, timeout=cfg.round_timeout)
         bytes_up = sum(protocol.wire_bytes(r) for r in replies if not r.has_error())
         new_arrays, metrics = self.strategy.aggregate_train(rnd, replies)
         failures = self.strategy.last_failures

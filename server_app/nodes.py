@@ -15,6 +15,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fl_system import protocol
+from server_app.exchange import exchange
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class NodeRegistry:
         ]
         self.bytes_down += sum(protocol.wire_bytes(m) for m in messages)
         claimed = set(self.partition_of.values())
-        for reply in self._grid.send_and_receive(messages, timeout=timeout):
+        for reply in exchange(self._grid, messages, timeout=timeout):
             node = reply.metadata.src_node_id
             if reply.has_error():
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)

@@ -71,22 +71,63 @@ class ProcessGroup:
         return None
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGINT every group (Flower's SuperLink ignores SIGTERM), then SIGKILL stragglers."""
+        """SIGINT every group (Flower's SuperLink ignores SIGTERM), then SIGKILL stragglers.
+
+        Flower's helpers start their own sessions (flower-superexec, and under it
+        flwr-serverapp), so the descendant tree is recorded first and every process group
+        in it is killed at the end, not only the groups of the processes started here.
+        """
+        tree: set[int] = set()
+        for _, proc in self.procs:
+            tree |= descendants(proc.pid)
+        groups = {proc.pid for _, proc in self.procs} | {g for g in map(_pgid, tree) if g}
         for _, proc in reversed(self.procs):
-            _signal_group(proc, signal.SIGINT)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGINT)
         deadline = time.monotonic() + grace
         for _, proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         for _, proc in self.procs:
-            # The group may hold grandchildren (flwr-clientapp, flower-superexec) even
-            # after the leader exited: kill the whole group unconditionally.
-            _signal_group(proc, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         self.procs.clear()
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _pgid(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[2]) if fields else None
+
+
+def alive(pid: int) -> bool:
+    """True for a running process; a zombie or a vanished pid counts as gone."""
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process whose parent chain leads to `pid`, across sessions (read from /proc)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _proc_stat(int(entry.name))):
+            parent[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found

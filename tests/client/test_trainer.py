@@ -26,7 +26,8 @@ def _model() -> nn.Module:
     return nn.Linear(4, 2)
 
 
-def _train(rule, settings=TrainSettings(batch_size=8, lr=0.1), seed=5) -> nn.Module:
+def _train(rule, settings: TrainSettings | None = None, seed: int = 5) -> nn.Module:
+    settings = settings or TrainSettings(batch_size=8, lr=0.1)
     model = _model()
     x, y = _data()
     train_locally(model, x, y, rule, settings, seed=seed, device=CPU)

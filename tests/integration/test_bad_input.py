@@ -1,0 +1,63 @@
+"""Bad input ends with one clear error line, a non-zero exit and no process left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import QUICK, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["num_rounds=-1"], "num_rounds must be a positive integer, got -1"),
+        (["dataset=digits", "model=mlp", "num_clients=5000"], "5000"),
+        (["dataset=digits", "model=cnn"], "cnn: model 'cnn' needs images"),
+        (["algorithm=fedprox", "algorithm.mu=-1"], "mu must be >= 0"),
+    ],
+)
+def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> None:
+    result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env, timeout=120)
+    assert result.returncode == 2
+    errors = _error_lines(result.stderr)
+    assert len(errors) == 1 and expected in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "logs").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("group", ["dataset", "algorithm"])
+def test_unknown_names_list_the_options(group: str, tmp_path: Path, cli_env) -> None:
+    result = run_cli([f"{group}=nonesuch", f"hydra.run.dir={tmp_path}"], cli_env, timeout=120)
+    assert result.returncode != 0
+    assert f"Could not find '{group}/nonesuch'" in result.stderr
+    assert f"Available options in '{group}'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_corrupt_checkpoint_with_resume(tmp_path: Path, cli_env) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.npz").write_bytes(b"PK\x03\x04 definitely not a checkpoint")
+    result = run_cli([*QUICK, "resume=true", f"hydra.run.dir={run_dir}"], cli_env, timeout=120)
+    assert result.returncode == 2
+    errors = _error_lines(result.stderr)
+    assert len(errors) == 1 and "corrupt or unreadable" in errors[0], result.stderr
+    assert not (run_dir / "logs").exists()
+
+
+def test_existing_run_is_not_overwritten(tmp_path: Path, cli_env) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.npz").write_bytes(b"keep me")
+    result = run_cli([*QUICK, f"hydra.run.dir={run_dir}"], cli_env, timeout=120)
+    assert result.returncode == 2
+    assert "already holds a run; pass resume=true" in result.stderr
+    assert (run_dir / "checkpoint.npz").read_bytes() == b"keep me"

@@ -1,0 +1,85 @@
+"""runtime=simulation: reproducibility and resume."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fl_system.launch.processes import alive, descendants
+from fl_system.results import MetricsLog
+from server_app.checkpoint import load_checkpoint
+from tests.integration.conftest import FL_RUN, QUICK, run_cli
+
+pytestmark = pytest.mark.integration
+
+SIM = ["runtime=simulation", *QUICK]
+
+
+def _accuracies(run_dir: Path) -> list[str]:
+    return [r["test_accuracy"] for r in MetricsLog(run_dir / "metrics.csv").rows()]
+
+
+def test_same_seed_same_accuracies(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    runs = [tmp_path / "a", tmp_path / "b", tmp_path / "other-seed"]
+    for run_dir, seed in zip(runs, [3, 3, 4], strict=True):
+        result = run_cli(
+            [*SIM, "num_rounds=3", f"seed={seed}", f"hydra.run.dir={run_dir}"], cli_env
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    a, b, other = (_accuracies(r) for r in runs)
+    assert len(a) == 3 and a == b
+    assert a != other
+
+
+def test_interrupted_then_resumed_equals_uninterrupted(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    rounds = 40
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    args = [*SIM, "dataset=mnist5k", "model=cnn", "partition=dirichlet", f"num_rounds={rounds}"]
+    result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    proc = subprocess.Popen(
+        [FL_RUN, *args, f"hydra.run.dir={broken}"],
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(_rows(broken)) < 3:  # interrupt after a few rounds, well before the end
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        children = descendants(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    time.sleep(1)
+    assert [pid for pid in children if alive(pid)] == []
+    stopped_at = load_checkpoint(broken / "checkpoint.npz").round
+    assert 3 <= stopped_at < rounds
+
+    result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a = load_checkpoint(straight / "checkpoint.npz")
+    b = load_checkpoint(broken / "checkpoint.npz")
+    assert a.round == b.round == rounds
+    for key in a.model:
+        np.testing.assert_array_equal(a.model[key], b.model[key])
+    assert _accuracies(straight) == _accuracies(broken)
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    path = run_dir / "metrics.csv"
+    return MetricsLog(path).rows() if path.exists() else []
