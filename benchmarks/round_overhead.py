@@ -62,7 +62,7 @@ class RunResult:
     name: str
     command: str
     rounds: int
-    seconds_per_round: float
+    ends: list[float]  # cumulative seconds at the end of each round
     accuracies: list[float | None]  # central test accuracy after each round
     load_after: float  # 1-minute load average when it finished (the machine is shared)
     rows: list[dict[str, str]]  # metrics.csv (empty for the plain loop)
@@ -70,6 +70,16 @@ class RunResult:
     @property
     def final_accuracy(self) -> float | None:
         return self.accuracies[-1]
+
+    @property
+    def seconds_per_round(self) -> float:
+        """Mean over rounds 2..N: (end of last round - end of round 1) / (rounds - 1)."""
+        return (self.ends[-1] - self.ends[0]) / (len(self.ends) - 1)
+
+    @property
+    def later_rounds(self) -> list[float]:
+        """Each of rounds 2..N on its own, to show how noisy the mean is."""
+        return [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)]
 
 
 # ----- experiment -------------------------------------------------------------------------
@@ -153,11 +163,6 @@ def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
     return rows
 
 
-def seconds_after_warmup(ends: list[float]) -> float:
-    """Mean seconds per round over rounds 2..N, from each round's cumulative end time."""
-    return (ends[-1] - ends[0]) / (len(ends) - 1)
-
-
 def measure_fl_run(name: str, runtime: str, clients: int, rounds: int) -> RunResult:
     """One fl-run into a temporary run directory (kept, and named, if the run fails)."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"round-overhead-{runtime}-"))
@@ -173,7 +178,7 @@ def measure_fl_run(name: str, runtime: str, clients: int, rounds: int) -> RunRes
         name=name,
         command=shlex.join(command),
         rounds=rounds,
-        seconds_per_round=seconds_after_warmup([float(r["wall_seconds"]) for r in rows]),
+        ends=[float(r["wall_seconds"]) for r in rows],
         accuracies=[float(r["test_accuracy"]) if r.get("test_accuracy") else None for r in rows],
         load_after=os.getloadavg()[0],
         rows=rows,
@@ -223,7 +228,7 @@ def plain_fedavg(cfg: DictConfig, rounds: int) -> RunResult:
         name="plain PyTorch loop",
         command="(in-process)",
         rounds=rounds,
-        seconds_per_round=seconds_after_warmup(ends),
+        ends=ends,
         accuracies=accuracies,
         load_after=os.getloadavg()[0],
         rows=[],
@@ -336,14 +341,15 @@ def timing_section(sim: RunResult, local: RunResult, plain: RunResult) -> list[s
         "(wall time at the end of the last round - at the end of round 1) / (rounds - 1).",
         "",
         "| runtime | rounds | s/round after warm-up | ratio to plain loop | "
-        "test accuracy at last round | load (1 min) after |",
-        "|---|---:|---:|---:|---:|---:|",
+        "rounds 2..N each (s) | test accuracy at last round | load (1 min) after |",
+        "|---|---:|---:|---:|---|---:|---:|",
     ]
     for r in (sim, local, plain):
         acc = "n/a" if r.final_accuracy is None else f"{r.final_accuracy:.4f}"
         lines.append(
             f"| {r.name} | {r.rounds} | {r.seconds_per_round:.3f} | "
-            f"{r.seconds_per_round / plain.seconds_per_round:.2f}x | {acc} | "
+            f"{r.seconds_per_round / plain.seconds_per_round:.2f}x | "
+            f"{', '.join(f'{t:.2f}' for t in r.later_rounds)} | {acc} | "
             f"{r.load_after:.2f} |"
         )
     return [*lines, "", consistency(sim, local, plain)]

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build
-from fl_system.launch.submit import LaunchError
+from fl_system.launch import LaunchError
 from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError

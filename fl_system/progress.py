@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from fl_system.launch.submit import LaunchError
+from fl_system.launch import LaunchError
+from fl_system.launch.processes import ProcessGroup
 from fl_system.results import MetricsLog
 from fl_system.run_dir import RunPaths
 
@@ -53,20 +53,23 @@ class ProgressBar:
 def follow_run(
     cfg: DictConfig,
     paths: RunPaths,
-    submit: subprocess.Popen,
+    main: subprocess.Popen,
+    procs: ProcessGroup,
     *,
-    watch: object | None = None,
     poll: float = 0.5,
 ) -> None:
-    """Wait for `flwr run` to end, showing progress; raise with the log's tail if it failed."""
+    """Wait for `main` (the process whose end is the run's end), showing progress.
+
+    Any other process of the group dying early (a SuperLink or SuperNode crash) ends the
+    wait too. Raises with the log's tail if the run left no summary.
+    """
     bar = ProgressBar(cfg, paths)
-    first_dead: Callable[[], tuple[str, int] | None] | None = getattr(watch, "first_dead", None)
     try:
-        while submit.poll() is None:
+        while main.poll() is None:
             bar.poll()
-            dead = first_dead() if first_dead else None
-            if dead and dead[0] != "flwr run":
-                raise LaunchError(f"{dead[0]} exited with code {dead[1]}; see {paths.logs}")
+            dead = procs.first_dead()
+            if dead and dead[1] is not main:
+                raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {paths.logs}")
             time.sleep(poll)
     finally:
         bar.close()

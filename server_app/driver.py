@@ -121,14 +121,14 @@ class RoundDriver:
                 + (f", {missing} timed out" if missing else "")
                 + (f" ({reasons})" if reasons else "")
             )
+        handshake_up, handshake_down = self.nodes.take_handshake_bytes()
         row: dict = {
             "round": rnd,
             "participants": n_ok,
             "failures": len(failures) + missing,
-            "bytes_up": bytes_up + self.nodes.bytes_up,
-            "bytes_down": bytes_down + self.nodes.bytes_down,
+            "bytes_up": bytes_up + handshake_up,
+            "bytes_down": bytes_down + handshake_down,
         }
-        self.nodes.bytes_up = self.nodes.bytes_down = 0
         row.update({k: v for k, v in (metrics or {}).items() if not isinstance(v, list)})
         return new_arrays, row
 

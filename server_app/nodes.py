@@ -29,8 +29,8 @@ class NodeRegistry:
         self._num_partitions = num_partitions
         self.partition_of: dict[int, int] = {}
         self._rejected: set[int] = set()  # nodes whose handshake failed or clashed
-        self.bytes_down = 0
-        self.bytes_up = 0
+        self._bytes_up = 0
+        self._bytes_down = 0
 
     def refresh(self, timeout: float) -> dict[int, int]:
         """Handshake nodes not seen before; forget nodes that left. Returns node -> partition."""
@@ -41,6 +41,12 @@ class NodeRegistry:
         if new:
             self._handshake(new, timeout)
         return dict(self.partition_of)
+
+    def take_handshake_bytes(self) -> tuple[int, int]:
+        """(up, down) bytes of handshakes since the last call; counted into the next round."""
+        counted = self._bytes_up, self._bytes_down
+        self._bytes_up = self._bytes_down = 0
+        return counted
 
     def wait_for(
         self, count: int, timeout: float, *, say: Callable[[str], None] = log.info
@@ -75,7 +81,7 @@ class NodeRegistry:
             )
             for node_id in node_ids
         ]
-        self.bytes_down += sum(protocol.wire_bytes(m) for m in messages)
+        self._bytes_down += sum(protocol.wire_bytes(m) for m in messages)
         claimed = set(self.partition_of.values())
         for reply in exchange(self._grid, messages, timeout=timeout):
             node = reply.metadata.src_node_id
@@ -83,7 +89,7 @@ class NodeRegistry:
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)
                 self._rejected.add(node)
                 continue
-            self.bytes_up += protocol.wire_bytes(reply)
+            self._bytes_up += protocol.wire_bytes(reply)
             pid = int(reply.content.metric_records[protocol.METRICS][protocol.PARTITION_ID])
             if not 0 <= pid < self._num_partitions or pid in claimed:
                 self._rejected.add(node)

@@ -10,8 +10,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from fl_system.devices import THREADS_ENV
+from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
-from fl_system.launch.submit import Connection, LaunchError, submit_and_follow
+from fl_system.launch.submit import Connection, submit_and_follow
 from fl_system.run_dir import RunPaths
 
 
@@ -86,7 +87,7 @@ class LocalRuntime:
         while not all(port_open(self.host, p) for p in ports):
             dead = procs.first_dead()
             if dead:
-                raise LaunchError(f"{dead[0]} exited with code {dead[1]}; see {log}")
+                raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {log}")
             if time.monotonic() > deadline:
                 raise LaunchError(
                     f"SuperLink did not open ports {ports} within {self.startup_timeout} s; "

@@ -62,12 +62,12 @@ class ProcessGroup:
         self.procs.append((name, proc))
         return proc
 
-    def first_dead(self) -> tuple[str, int] | None:
-        """(name, exit code) of a process that has exited, if any."""
+    def first_dead(self) -> tuple[str, subprocess.Popen, int] | None:
+        """(name, process, exit code) of a process that has exited, if any."""
         for name, proc in self.procs:
             code = proc.poll()
             if code is not None:
-                return name, code
+                return name, proc, code
         return None
 
     def stop(self, grace: float = 10.0) -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup, tool_env
-from fl_system.launch.submit import Connection, LaunchError, submit_and_follow
+from fl_system.launch.submit import Connection, submit_and_follow
 from fl_system.run_dir import RunPaths
 
 

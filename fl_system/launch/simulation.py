@@ -48,7 +48,7 @@ class SimulationRuntime:
             env = tool_env({THREADS_ENV: str(self.torch_threads), "RAY_DEDUP_LOGS": "0"})
             try:
                 engine = procs.start("simulation", cmd, paths.logs / "serverapp.log", env)
-                follow_run(cfg, paths, engine, watch=procs)
+                follow_run(cfg, paths, engine, procs)
             finally:
                 procs.stop()
 

@@ -6,15 +6,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
+from omegaconf import DictConfig
 
 import fl_system
 from fl_system import protocol
+from fl_system.experiment import config_to_json
+from fl_system.launch import LaunchError
+from fl_system.launch.processes import ProcessGroup
+from fl_system.progress import follow_run
+from fl_system.run_dir import RunPaths
 
 CONNECTION = "fl-system"
-
-
-class LaunchError(RuntimeError):
-    """A runtime could not start or reach the federation."""
 
 
 def app_dir() -> Path:
@@ -67,13 +69,12 @@ def flwr_run_command(run_config_file: Path) -> list[str]:
     ]
 
 
-def submit_and_follow(cfg, paths, conn: Connection, procs, env: dict[str, str]) -> None:
+def submit_and_follow(
+    cfg: DictConfig, paths: RunPaths, conn: Connection, procs: ProcessGroup, env: dict[str, str]
+) -> None:
     """Submit the run through `conn` with a private FLWR_HOME and follow it to the end."""
-    from fl_system.experiment import config_to_json
-    from fl_system.progress import follow_run
-
     flwr_home = Path(env["FLWR_HOME"])
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
     submit = procs.start("flwr run", flwr_run_command(run_file), paths.logs / "serverapp.log", env)
-    follow_run(cfg, paths, submit, watch=procs)
+    follow_run(cfg, paths, submit, procs)
