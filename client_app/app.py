@@ -7,9 +7,12 @@ and device). Everything else arrives from the server: the config at the handshak
 
 from __future__ import annotations
 
+import functools
+
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from omegaconf import OmegaConf
+from torch import nn
 
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.trainer import TrainSettings, train_locally
@@ -21,6 +24,16 @@ from fl_system.seeding import derive_seed
 _STATE = "fl-system"  # context.state record holding what the handshake delivered
 
 app = ClientApp()
+
+
+@functools.lru_cache(maxsize=2)
+def _model_for(config_json: str) -> nn.Module:
+    """One model object per process and run; each message overwrites all of its weights.
+
+    A simulated client process serves many messages, and rebuilding the model for each one
+    costs more than training it on a small partition.
+    """
+    return build_model(config_from_json(config_json))
 
 
 @app.query("handshake")
@@ -36,12 +49,13 @@ def handshake(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     if _STATE not in context.state.config_records:
         raise RuntimeError("train message before the handshake: this node has no run config")
-    cfg = config_from_json(str(context.state.config_records[_STATE][protocol.RUN_CONFIG]))
+    config_json = str(context.state.config_records[_STATE][protocol.RUN_CONFIG])
+    cfg = config_from_json(config_json)
     node = NodeIdentity.from_context(context)
     apply_thread_limit()
     server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
     x, y = local_training_data(cfg, node)
-    model = build_model(cfg)
+    model = _model_for(config_json)
     model.load_state_dict(msg.content.array_records[protocol.ARRAYS].to_torch_state_dict())
     result = train_locally(
         model,

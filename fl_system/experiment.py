@@ -38,8 +38,15 @@ def config_to_json(cfg: DictConfig) -> str:
     return json.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True)
 
 
+@functools.lru_cache(maxsize=8)
 def config_from_json(text: str) -> DictConfig:
-    return OmegaConf.create(json.loads(text))
+    """Parsed once per process: a simulated client handles many messages of one run.
+
+    The result is shared between callers and read-only.
+    """
+    cfg = OmegaConf.create(json.loads(text))
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
 
 
 @functools.lru_cache(maxsize=4)
