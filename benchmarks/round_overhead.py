@@ -418,7 +418,8 @@ def overhead_section(
         f" than the plain loop: it pays for Ray passing the serialized global model to "
         f"{ctx.clients} virtual clients and their models back (each message is one Ray "
         "actor call), the simulation engine picking new messages up every 0.1 s, and the "
-        "driver's per-round checkpoint and fsynced metrics, but its {workers} one-thread worker(s) train clients in parallel, which on "
+        "driver's per-round checkpoint and fsynced metrics, "
+        f"but its {workers} one-thread worker(s) train clients in parallel, which on "
         f"this small CNN {parallel} "
         f"against one process running {ctx.plain_threads} torch threads."
     )
