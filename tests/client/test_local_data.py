@@ -1,0 +1,65 @@
+"""A node's training data: its partition (cached on disk) or its own data directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from client_app.local_data import NodeIdentity, local_training_data
+from fl_system.cli import CONF_DIR
+from fl_system.data.node_dir import write_node_dir
+from fl_system.experiment import load_dataset, partition_indices
+
+
+def _cfg():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose("config", overrides=["dataset=digits", "num_clients=3"])
+
+
+def test_partition_is_cached_and_identical(tmp_path: Path) -> None:
+    cfg = _cfg()
+    node = NodeIdentity(partition_id=1, num_partitions=3, cache_dir=str(tmp_path))
+    x1, y1 = local_training_data(cfg, node)
+    assert len(x1) == len(y1) > 0
+    cached = list(tmp_path.glob("partition-*.npz"))
+    assert len(cached) == 1
+    x2, y2 = local_training_data(cfg, node)  # served from the cache file
+    idx = partition_indices(cfg, 3)[1]
+    data = load_dataset(cfg)
+    np.testing.assert_array_equal(x2, data.x_train[idx])
+    np.testing.assert_array_equal(y2, data.y_train[idx])
+    np.testing.assert_array_equal(x1, x2)
+
+
+def test_other_seed_other_cache_entry(tmp_path: Path) -> None:
+    cfg = _cfg()
+    node = NodeIdentity(partition_id=0, num_partitions=3, cache_dir=str(tmp_path))
+    local_training_data(cfg, node)
+    cfg.seed = 7
+    local_training_data(cfg, node)
+    assert len(list(tmp_path.glob("partition-*.npz"))) == 2
+
+
+def test_node_started_for_another_federation_size(tmp_path: Path) -> None:
+    node = NodeIdentity(partition_id=0, num_partitions=5, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="num-partitions=5 but the run has num_clients=3"):
+        local_training_data(_cfg(), node)
+
+
+def test_partition_id_out_of_range(tmp_path: Path) -> None:
+    node = NodeIdentity(partition_id=3, num_partitions=3, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"partition-id 3 is outside 0\.\.2"):
+        local_training_data(_cfg(), node)
+
+
+def test_own_data_directory_wins(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).normal(size=(7, 1, 8, 8)).astype(np.float32)
+    y = np.arange(7, dtype=np.int64) % 10
+    write_node_dir(tmp_path / "silo", x, y)
+    node = NodeIdentity(partition_id=0, num_partitions=3, data_dir=str(tmp_path / "silo"))
+    got_x, got_y = local_training_data(_cfg(), node)
+    np.testing.assert_array_equal(got_x, x)
+    np.testing.assert_array_equal(got_y, y)
