@@ -35,6 +35,9 @@ def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # SuperExec checks for work to start (a ServerApp, a ClientApp) every second by default;
+    # a check is a cheap local call, and each round waits for one on every node.
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
     env.update(extra or {})
     return env
 
