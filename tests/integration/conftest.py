@@ -6,9 +6,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from fl_system.launch.processes import descendants
 
 FL_RUN = shutil.which("fl-run", path=str(Path(sys.executable).parent)) or "fl-run"
 
@@ -36,3 +41,41 @@ def run_cli(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    returncode: int
+    stderr: str
+    process_tree: set[int]  # every descendant alive just before the signal
+
+
+def interrupt_when(
+    args: list[str],
+    env: dict[str, str],
+    ready: Callable[[], bool],
+    sig: int,
+    timeout: float = 300,
+) -> Interrupted:
+    """Start fl-run, wait until `ready()`, record its process tree, send `sig`, wait for exit."""
+    proc = subprocess.Popen(
+        [FL_RUN, *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, f"not ready within {timeout} s"
+            time.sleep(0.2)
+        tree = descendants(proc.pid)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(1)  # let the kernel reap what was killed
+    return Interrupted(proc.returncode, err, tree)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from fl_system.launch.processes import alive, descendants
+from fl_system.launch.processes import alive
 from fl_system.results import METRIC_COLUMNS, MetricsLog
-from tests.integration.conftest import FL_RUN, QUICK, run_cli
+from tests.integration.conftest import QUICK, interrupt_when, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -57,27 +55,14 @@ def test_two_rounds_over_grpc(algorithm: str, tmp_path: Path, cli_env: dict[str,
 
 def test_sigterm_mid_run_leaves_no_process(tmp_path: Path, cli_env: dict[str, str]) -> None:
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [FL_RUN, *QUICK, "num_rounds=50", f"hydra.run.dir={run_dir}"],
-        env=cli_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    stopped = interrupt_when(
+        [*QUICK, "num_rounds=50", f"hydra.run.dir={run_dir}"],
+        cli_env,
+        ready=(run_dir / "metrics.csv").exists,  # the federation is up and training
+        sig=signal.SIGTERM,
     )
-    try:
-        deadline = time.monotonic() + 180
-        while not (run_dir / "metrics.csv").exists():  # the federation is up and training
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "no round finished within 180 s"
-            time.sleep(0.5)
-        children = descendants(proc.pid)
-        assert len(children) >= 4  # SuperLink, 2 SuperNodes, flwr run (and their helpers)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143
-    assert "terminated" in err
-    time.sleep(1)
-    assert [pid for pid in children if alive(pid)] == []
+    # SuperLink, 2 SuperNodes, flwr run, and their helpers were running.
+    assert len(stopped.process_tree) >= 4
+    assert stopped.returncode == 143
+    assert "terminated" in stopped.stderr
+    assert [pid for pid in stopped.process_tree if alive(pid)] == []

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fl_system.launch.processes import alive, descendants
+from fl_system.launch.processes import alive
 from fl_system.results import MetricsLog
 from server_app.checkpoint import load_checkpoint
-from tests.integration.conftest import FL_RUN, QUICK, run_cli
+from tests.integration.conftest import QUICK, interrupt_when, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -45,28 +43,14 @@ def test_interrupted_then_resumed_equals_uninterrupted(
     result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    proc = subprocess.Popen(
-        [FL_RUN, *args, f"hydra.run.dir={broken}"],
-        env=cli_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    stopped = interrupt_when(
+        [*args, f"hydra.run.dir={broken}"],
+        cli_env,
+        ready=lambda: len(_rows(broken)) >= 3,  # a few rounds in, well before the end
+        sig=signal.SIGINT,
     )
-    try:
-        deadline = time.monotonic() + 300
-        while len(_rows(broken)) < 3:  # interrupt after a few rounds, well before the end
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        children = descendants(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130
-    time.sleep(1)
-    assert [pid for pid in children if alive(pid)] == []
+    assert stopped.returncode == 130
+    assert [pid for pid in stopped.process_tree if alive(pid)] == []
     stopped_at = load_checkpoint(broken / "checkpoint.npz").round
     assert 3 <= stopped_at < rounds
 
