@@ -1,7 +1,7 @@
 """The ClientApp: learns the experiment at the handshake, then trains on its own partition.
 
-A client knows only who it is (node config: partition-id, num-partitions, optional data-dir
-and device). Everything else arrives from the server: the config at the handshake (kept in
+A client knows only who it is (node config: partition-id, num-partitions, optional data-dir,
+device, cache-dir and state-dir). Everything else arrives from the server: the config at the handshake (kept in
 `context.state`), the global model and round number with every train message.
 """
 
@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from client_app.local_data import NodeIdentity, local_training_data
+from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol
 from fl_system.devices import apply_thread_limit, resolve_device
@@ -66,6 +67,7 @@ def train(msg: Message, context: Context) -> Message:
         seed=derive_seed(cfg.seed, server_round, node.partition_id),
         device=resolve_device(node.device),
         received=msg.content,
+        state=ClientState(context.state, node.state_root(), config_json, node.partition_id),
     )
     content = RecordDict(
         {

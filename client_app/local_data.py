@@ -12,6 +12,7 @@ import numpy as np
 from flwr.app import Context
 from omegaconf import DictConfig, OmegaConf
 
+from client_app.state import default_state_root
 from fl_system.data.node_dir import load_node_dir
 from fl_system.experiment import load_dataset, partition_indices
 
@@ -28,6 +29,7 @@ class NodeIdentity:
     data_dir: str | None = None
     device: str = "auto"
     cache_dir: str | None = None
+    state_dir: str | None = None
 
     @classmethod
     def from_context(cls, context: Context) -> NodeIdentity:
@@ -40,7 +42,11 @@ class NodeIdentity:
             data_dir=str(cfg["data-dir"]) if cfg.get("data-dir") else None,
             device=str(cfg.get("device", "auto")),
             cache_dir=str(cfg["cache-dir"]) if cfg.get("cache-dir") else None,
+            state_dir=str(cfg["state-dir"]) if cfg.get("state-dir") else None,
         )
+
+    def state_root(self) -> Path:
+        return Path(self.state_dir) if self.state_dir else default_state_root()
 
     def cache_root(self) -> Path:
         default = Path.home() / ".cache" / "fl_system"

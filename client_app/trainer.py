@@ -11,6 +11,7 @@ from flwr.app import RecordDict
 from torch import nn
 
 from client_app.algorithms.base import LocalContext, LocalRule
+from client_app.state import ClientState
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,12 @@ def train_locally(
     seed: int,
     device: torch.device,
     received: RecordDict | None = None,
+    state: ClientState | None = None,
 ) -> TrainResult:
-    """Train `model` in place on (x, y) and return what the reply needs."""
+    """Train `model` in place on (x, y) and return what the reply needs.
+
+    `model` must expose `features` and `classifier` (every model in fl_system.models does).
+    """
     if len(x) == 0:
         raise ValueError("this client has no training data")
     start = time.perf_counter()
@@ -79,6 +84,7 @@ def train_locally(
         device=device,
         lr=settings.lr,
         received=received if received is not None else RecordDict(),
+        state=state,
     )
     optimizer = torch.optim.SGD(
         model.parameters(),
@@ -93,15 +99,17 @@ def train_locally(
         idx = idx.to(device)
         xb, yb = xs[idx], ys[idx]
         optimizer.zero_grad(set_to_none=True)
-        logits = model(xb)
+        features = model.features(xb)
+        logits = model.classifier(features)
         loss = loss_fn(logits, yb)
-        term = rule.loss_term(ctx, xb, yb, logits)
+        term = rule.loss_term(ctx, xb, yb, logits, features)
         if term is not None:
             loss = loss + term
         loss.backward()
         rule.before_step(ctx)
         optimizer.step()
         ctx.steps += 1
+        rule.after_step(ctx)
         total_loss += float(loss.detach())
     extras = rule.finish(ctx)
     model.to("cpu")

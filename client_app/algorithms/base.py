@@ -1,7 +1,8 @@
 """The hooks a local rule uses to change local training.
 
 The trainer runs plain mini-batch SGD and calls these hooks; an algorithm's client half
-overrides only what it changes (a loss term, a gradient correction, extra reply records).
+overrides only what it changes (a loss term, a gradient correction, a step correction,
+extra reply records, state kept between rounds).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 import torch
 from flwr.app import RecordDict
 from torch import nn
+
+from client_app.state import ClientState
 
 
 @dataclass
@@ -22,6 +25,7 @@ class LocalContext:
     device: torch.device
     lr: float
     received: RecordDict  # the whole train message content (per-node extras live here)
+    state: ClientState | None = None  # survives rounds and SuperNode restarts
     steps: int = 0  # optimiser steps taken so far in this round
     extras: dict[str, object] = field(default_factory=dict)  # scratch space for the rule
 
@@ -33,13 +37,24 @@ class LocalRule:
         """Called once, after the global weights are loaded and before the first step."""
 
     def loss_term(
-        self, ctx: LocalContext, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor
+        self,
+        ctx: LocalContext,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        logits: torch.Tensor,
+        features: torch.Tensor,
     ) -> torch.Tensor | None:
-        """An extra term added to the cross-entropy loss of one batch."""
+        """An extra term added to the cross-entropy loss of one batch.
+
+        `features` are the model's penultimate activations for `x` (what MOON contrasts).
+        """
         return None
 
     def before_step(self, ctx: LocalContext) -> None:
         """After backward, before the optimiser step: the place for gradient corrections."""
+
+    def after_step(self, ctx: LocalContext) -> None:
+        """After the optimiser step: the place for corrections applied to the weights."""
 
     def finish(self, ctx: LocalContext) -> RecordDict:
         """Extra records to send back with the local model (none by default)."""

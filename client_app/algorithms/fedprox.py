@@ -16,7 +16,12 @@ class FedProxRule(LocalRule):
         self.mu = mu
 
     def loss_term(
-        self, ctx: LocalContext, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor
+        self,
+        ctx: LocalContext,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        logits: torch.Tensor,
+        features: torch.Tensor,
     ) -> torch.Tensor | None:
         if self.mu == 0:
             return None

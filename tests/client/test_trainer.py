@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from client_app.algorithms.base import LocalContext
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.fedprox import FedProxRule
 from client_app.trainer import TrainSettings, batches, train_locally
+from fl_system.models import MLP
 
 CPU = torch.device("cpu")
 
@@ -21,12 +21,13 @@ def _data(n: int = 40) -> tuple[np.ndarray, np.ndarray]:
     return x, (x[:, 0] > 0).astype(np.int64)
 
 
-def _model() -> nn.Module:
+def _model() -> MLP:
+    """A linear classifier (no hidden layer): weights `classifier.weight` and `classifier.bias`."""
     torch.manual_seed(0)
-    return nn.Linear(4, 2)
+    return MLP(input_shape=[4], num_classes=2, hidden=())
 
 
-def _train(rule, settings: TrainSettings | None = None, seed: int = 5) -> nn.Module:
+def _train(rule, settings: TrainSettings | None = None, seed: int = 5) -> MLP:
     settings = settings or TrainSettings(batch_size=8, lr=0.1)
     model = _model()
     x, y = _data()
@@ -36,12 +37,14 @@ def _train(rule, settings: TrainSettings | None = None, seed: int = 5) -> nn.Mod
 
 def test_same_seed_same_model_other_seed_other_model() -> None:
     a, b, c = _train(FedAvgRule()), _train(FedAvgRule()), _train(FedAvgRule(), seed=6)
-    assert torch.equal(a.weight, b.weight)
-    assert not torch.equal(a.weight, c.weight)
+    assert torch.equal(a.classifier.weight, b.classifier.weight)
+    assert not torch.equal(a.classifier.weight, c.classifier.weight)
 
 
 def test_fedprox_with_mu_zero_is_fedavg() -> None:
-    assert torch.equal(_train(FedProxRule(mu=0.0)).weight, _train(FedAvgRule()).weight)
+    assert torch.equal(
+        _train(FedProxRule(mu=0.0)).classifier.weight, _train(FedAvgRule()).classifier.weight
+    )
 
 
 def test_fedprox_term_gradient_is_mu_times_drift() -> None:
@@ -54,18 +57,20 @@ def test_fedprox_term_gradient_is_mu_times_drift() -> None:
         received=None,  # type: ignore[arg-type]
     )
     with torch.no_grad():
-        model.weight.add_(1.5)
-    term = FedProxRule(mu=0.2).loss_term(ctx, None, None, None)  # type: ignore[arg-type]
+        model.classifier.weight.add_(1.5)
+    term = FedProxRule(mu=0.2).loss_term(ctx, None, None, None, None)  # type: ignore[arg-type]
     term.backward()
-    torch.testing.assert_close(model.weight.grad, torch.full_like(model.weight, 0.2 * 1.5))
-    torch.testing.assert_close(model.bias.grad, torch.zeros_like(model.bias))
+    torch.testing.assert_close(
+        model.classifier.weight.grad, torch.full_like(model.classifier.weight, 0.2 * 1.5)
+    )
+    torch.testing.assert_close(model.classifier.bias.grad, torch.zeros_like(model.classifier.bias))
     assert term.item() == pytest.approx(0.5 * 0.2 * 1.5**2 * 8)
 
 
 def test_fedprox_pulls_towards_the_global_model() -> None:
-    start = _model().weight.detach().clone()
-    drift_avg = (_train(FedAvgRule()).weight - start).norm()
-    drift_prox = (_train(FedProxRule(mu=5.0)).weight - start).norm()
+    start = _model().classifier.weight.detach().clone()
+    drift_avg = (_train(FedAvgRule()).classifier.weight - start).norm()
+    drift_prox = (_train(FedProxRule(mu=5.0)).classifier.weight - start).norm()
     assert drift_prox < drift_avg
 
 
