@@ -1,8 +1,9 @@
 """The ClientApp: learns the experiment at the handshake, then trains on its own partition.
 
 A client knows only who it is (node config: partition-id, num-partitions, optional data-dir,
-device, cache-dir and state-dir). Everything else arrives from the server: the config at the handshake (kept in
-`context.state`), the global model and round number with every train message.
+device, cache-dir and state-dir). Everything else arrives from the server: the config at
+the handshake (kept in `context.state`), the global model and round number with every train
+message.
 """
 
 from __future__ import annotations
