@@ -25,6 +25,10 @@ TRAIN_LOSS = "train-loss"
 NUM_STEPS = "num-steps"
 COMPUTE_SECONDS = "compute-seconds"
 
+# SCAFFOLD: the server's control variate c (down), a client's change of c_i (up).
+SCAFFOLD_C = "scaffold-c"
+SCAFFOLD_DELTA_C = "scaffold-delta-c"
+
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE = "query.handshake"
 

@@ -27,6 +27,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fl_system import protocol
+from fl_system.aggregation import normalized
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,18 @@ class FederatedStrategy(Strategy):
     def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
         """The new global model's layers from this round's usable replies."""
         raise NotImplementedError
+
+    def base_weights(self, replies: list[ClientReply]) -> list[float]:
+        """The algorithm's own averaging weights (unnormalised): data size by default."""
+        return [float(r.num_examples) for r in replies]
+
+    def aggregation_weights(self, server_round: int, replies: list[ClientReply]) -> np.ndarray:
+        """p_k, summing to one, for averaging client models this round.
+
+        Every strategy that averages client models uses this, so a reweighting such as
+        FedDisco's composes with all of them.
+        """
+        return normalized(self.base_weights(replies))
 
     def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
         """Algorithm-specific scalars for this round's metrics row (none by default)."""
