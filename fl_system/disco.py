@@ -1,0 +1,73 @@
+"""FedDisco's discrepancy-aware aggregation weights, as plain functions on arrays.
+
+p_k = ReLU(n_k - a * d_k + b) / sum_m ReLU(n_m - a * d_m + b), with n_k the participants'
+data shares and d_k the distance of client k's label distribution from a target T
+(Ye et al., ICML 2023, Eq. 3; normalisation of d over participants from the authors' code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+METRICS = ("kl", "l1", "l2", "cosine")
+NORMALIZATIONS = ("sum", "none")
+
+
+def label_distribution(counts: Sequence[float]) -> np.ndarray:
+    """Counts per class as a distribution (sums to one)."""
+    c = np.asarray(counts, dtype=np.float64)
+    total = c.sum()
+    if c.ndim != 1 or total <= 0 or np.any(c < 0):
+        raise ValueError(f"label counts must be non-negative with a positive total, got {c}")
+    return c / total
+
+
+def uniform_target(num_classes: int) -> np.ndarray:
+    return np.full(num_classes, 1.0 / num_classes)
+
+
+def discrepancy(dist: np.ndarray, target: np.ndarray, metric: str = "kl") -> float:
+    """Distance d = e(D_k, T); KL is KL(D_k || T) in nats with 0 * ln 0 = 0."""
+    d = np.asarray(dist, dtype=np.float64)
+    t = np.asarray(target, dtype=np.float64)
+    if metric == "kl":
+        m = d > 0
+        if np.any(t[m] <= 0):
+            raise ValueError("target has zero mass on a class the client holds: KL is infinite")
+        return float(np.sum(d[m] * np.log(d[m] / t[m])))
+    if metric == "l2":
+        return float(np.linalg.norm(d - t))
+    if metric == "l1":
+        return float(np.abs(d - t).sum())
+    if metric == "cosine":
+        return float(1.0 - d @ t / (np.linalg.norm(d) * np.linalg.norm(t)))
+    raise ValueError(f"unknown discrepancy metric '{metric}'; choose one of {', '.join(METRICS)}")
+
+
+def disco_weights(
+    sizes: Sequence[float],
+    raw_d: Sequence[float],
+    *,
+    a: float = 0.5,
+    b: float = 0.1,
+    normalize_d: str = "sum",
+) -> tuple[np.ndarray, bool]:
+    """(p, fell_back): FedDisco weights over this round's participants.
+
+    When every ReLU term is zero the formula is undefined; the weights fall back to the data
+    shares n_k and `fell_back` is True so the caller can warn.
+    """
+    n = np.asarray(sizes, dtype=np.float64)
+    n = n / n.sum()
+    d = np.asarray(raw_d, dtype=np.float64)
+    if normalize_d == "sum":
+        total = d.sum()
+        d = d / total if total > 0 else np.zeros_like(d)
+    elif normalize_d != "none":
+        raise ValueError(f"normalize_d must be one of {NORMALIZATIONS}, got '{normalize_d}'")
+    s = np.maximum(n - a * d + b, 0.0)
+    if s.sum() <= 0:
+        return n, True
+    return s / s.sum(), False
