@@ -15,6 +15,7 @@ from flwr.clientapp import ClientApp
 from omegaconf import OmegaConf
 from torch import nn
 
+from client_app.algorithms import feddisco
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
@@ -43,7 +44,9 @@ def handshake(msg: Message, context: Context) -> Message:
     config_json = str(msg.content.config_records[protocol.CONFIG][protocol.RUN_CONFIG])
     context.state[_STATE] = ConfigRecord({protocol.RUN_CONFIG: config_json})
     node = NodeIdentity.from_context(context)
-    metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id})
+    cfg = config_from_json(config_json)
+    extra = feddisco.handshake_metrics(cfg, lambda: local_training_data(cfg, node)[1])
+    metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id, **extra})
     return Message(RecordDict({protocol.METRICS: metrics}), reply_to=msg)
 
 
@@ -80,6 +83,7 @@ def train(msg: Message, context: Context) -> Message:
                     protocol.TRAIN_LOSS: result.mean_loss,
                     protocol.NUM_STEPS: result.steps,
                     protocol.COMPUTE_SECONDS: result.seconds,
+                    **feddisco.train_metrics(cfg, y, msg.content.config_records[protocol.CONFIG]),
                 }
             ),
         }

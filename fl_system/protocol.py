@@ -29,6 +29,12 @@ COMPUTE_SECONDS = "compute-seconds"
 SCAFFOLD_C = "scaffold-c"
 SCAFFOLD_DELTA_C = "scaffold-delta-c"
 
+# FedDisco: a client's discrepancy d_k (up, every train reply), the target distribution T
+# (down, only for target=global), and label counts (up, handshake, only for target=global).
+DISCO_D = "disco-d"
+DISCO_TARGET = "disco-target"
+DISCO_COUNTS = "disco-counts"
+
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE = "query.handshake"
 

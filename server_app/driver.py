@@ -60,7 +60,12 @@ class RoundDriver:
         self.strategy: FederatedStrategy = build(cfg.algorithm.strategy)
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
-        self.nodes = NodeRegistry(grid, config_to_json(cfg), num_partitions=cfg.num_clients)
+        self.nodes = NodeRegistry(
+            grid,
+            config_to_json(cfg),
+            num_partitions=cfg.num_clients,
+            on_join=self.strategy.on_handshake,
+        )
 
     def run(self) -> dict:
         cfg = self.cfg

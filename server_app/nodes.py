@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from fl_system import protocol
@@ -23,8 +23,16 @@ log = logging.getLogger(__name__)
 class NodeRegistry:
     """Maps connected node ids to partition ids, handshaking new nodes as they appear."""
 
-    def __init__(self, grid: Grid, run_config_json: str, *, num_partitions: int) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        run_config_json: str,
+        *,
+        num_partitions: int,
+        on_join: Callable[[int, MetricRecord], None] | None = None,
+    ) -> None:
         self._grid = grid
+        self._on_join = on_join
         self._config_json = run_config_json
         self._num_partitions = num_partitions
         self.partition_of: dict[int, int] = {}
@@ -110,3 +118,5 @@ class NodeRegistry:
             else:
                 self.partition_of[node] = pid
                 claimed.add(pid)
+                if self._on_join is not None:
+                    self._on_join(pid, reply.content.metric_records[protocol.METRICS])

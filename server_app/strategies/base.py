@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import (
@@ -25,6 +26,9 @@ from flwr.app import (
 )
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+
+if TYPE_CHECKING:
+    from server_app.strategies.feddisco import DiscoWeighting
 
 from fl_system import protocol
 from fl_system.aggregation import normalized
@@ -113,9 +117,16 @@ class FederatedStrategy(Strategy):
     every connected node.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, disco: DiscoWeighting | None = None) -> None:
+        self.disco = disco if disco is not None and disco.enabled else None
         self.global_arrays: ArrayRecord = ArrayRecord()
         self.last_failures: list[ClientFailure] = []
+        self.last_weights: dict[int, float] = {}  # partition id -> p_k of the last average
+
+    def on_handshake(self, partition_id: int, metrics: MetricRecord) -> None:
+        """What a node told the server when it joined (label counts for FedDisco's target)."""
+        if self.disco is not None and protocol.DISCO_COUNTS in metrics:
+            self.disco.note_counts(partition_id, list(metrics[protocol.DISCO_COUNTS]))
 
     # ----- sending -------------------------------------------------------------------------
     def configure_train(
@@ -150,6 +161,9 @@ class FederatedStrategy(Strategy):
         partition_id: int | None,
     ) -> RecordDict:
         """What one node receives; the default is the global model and the round config."""
+        target = self.disco.global_target() if self.disco is not None else None
+        if target is not None:
+            config = ConfigRecord({**config, protocol.DISCO_TARGET: target})
         return RecordDict({protocol.ARRAYS: arrays, protocol.CONFIG: config})
 
     # ----- receiving -----------------------------------------------------------------------
@@ -163,10 +177,12 @@ class FederatedStrategy(Strategy):
             )
         if not ok:
             return None, None
+        self.last_weights = {}
         new_arrays = self.aggregate(server_round, ok)
         metrics = MetricRecord(
             {
                 "train_loss": _weighted_mean(ok, protocol.TRAIN_LOSS),
+                **{f"weight_{pid}": w for pid, w in sorted(self.last_weights.items())},
                 **self.round_metrics(server_round, ok),
             }
         )
@@ -184,9 +200,14 @@ class FederatedStrategy(Strategy):
         """p_k, summing to one, for averaging client models this round.
 
         Every strategy that averages client models uses this, so a reweighting such as
-        FedDisco's composes with all of them.
+        FedDisco's composes with all of them. The weights also go to metrics.csv.
         """
-        return normalized(self.base_weights(replies))
+        if self.disco is not None:
+            p = self.disco.weights(replies)
+        else:
+            p = normalized(self.base_weights(replies))
+        self.last_weights = {r.partition_id: float(w) for r, w in zip(replies, p, strict=True)}
+        return p
 
     def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
         """Algorithm-specific scalars for this round's metrics row (none by default)."""
@@ -208,12 +229,20 @@ class FederatedStrategy(Strategy):
 
     # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> StrategyState:
-        """Server-side state that must survive a restart (none for stateless strategies)."""
-        return {}
+        """Server-side state that must survive a restart (FedDisco's cache, if enabled).
+
+        Strategies with state of their own extend this dict: `{**super().state_dict(), ...}`.
+        """
+        return self.disco.state_dict() if self.disco is not None else {}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        if state:
-            raise ValueError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}")
+        """Restore `state_dict()`; subclasses pop their own keys and pass the rest up."""
+        disco = {k: v for k, v in state.items() if k.startswith("disco/")}
+        unknown = sorted(set(state) - set(disco))
+        if unknown:
+            raise ValueError(f"{type(self).__name__} does not keep state {unknown}")
+        if self.disco is not None:
+            self.disco.load_state_dict(disco)
 
 
 def _weighted_mean(replies: list[ClientReply], key: str) -> float:

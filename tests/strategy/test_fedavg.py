@@ -102,5 +102,5 @@ def test_train_messages_are_per_node_and_keep_layer_names() -> None:
 
 
 def test_stateless_strategy_rejects_foreign_state() -> None:
-    with pytest.raises(ValueError, match="keeps no state"):
+    with pytest.raises(ValueError, match="does not keep state"):
         FedAvg().load_state_dict({"c": np.zeros(1)})

@@ -1,0 +1,139 @@
+"""FedDisco (Ye et al., ICML 2023), server half: discrepancy-aware aggregation weights.
+
+FedDisco changes only the coefficients of the model average, so it is a weighting that every
+averaging strategy accepts (`algorithm.disco.enabled=true`); `algorithm=feddisco` is FedAvg
+with it switched on. Each client reports its scalar d_k (see `client_app/algorithms/
+feddisco.py`); the server keeps the first value per partition id and computes
+p_k = ReLU(n_k - a d_k + b) / sum ReLU(...) over the round's participants.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from fl_system import protocol
+from fl_system.disco import METRICS, NORMALIZATIONS, disco_weights, label_distribution
+from server_app.strategies.base import ClientReply
+from server_app.strategies.fedavg import FedAvg
+
+log = logging.getLogger(__name__)
+
+TARGETS = ("uniform", "global")
+
+
+class DiscoWeighting:
+    """Replaces data-size weights with FedDisco's; keeps the d_k cache (checkpointed)."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = False,
+        a: float = 0.5,
+        b: float = 0.1,
+        metric: str = "kl",
+        normalize_d: str = "sum",
+        target: str = "uniform",
+    ) -> None:
+        if not (isinstance(a, int | float) and a >= 0):
+            raise ValueError(f"disco.a must be a number >= 0, got {a!r}")
+        if not (isinstance(b, int | float) and b >= 0):
+            raise ValueError(f"disco.b must be a number >= 0, got {b!r}")
+        if metric not in METRICS:
+            raise ValueError(f"disco.metric must be one of {', '.join(METRICS)}, got '{metric}'")
+        if normalize_d not in NORMALIZATIONS:
+            raise ValueError(
+                f"disco.normalize_d must be one of {', '.join(NORMALIZATIONS)}, got '{normalize_d}'"
+            )
+        if target not in TARGETS:
+            raise ValueError(f"disco.target must be one of {', '.join(TARGETS)}, got '{target}'")
+        self.enabled = bool(enabled)
+        self.a, self.b = float(a), float(b)
+        self.metric, self.normalize_d, self.target = metric, normalize_d, target
+        self.d_by_partition: dict[int, float] = {}
+        self.counts_by_partition: dict[int, np.ndarray] = {}
+
+    # ----- target distribution (non-uniform variant) ---------------------------------------
+    def note_counts(self, partition_id: int, counts: list[float]) -> None:
+        """Label counts a client shared at the handshake (target=global only)."""
+        self.counts_by_partition[partition_id] = np.asarray(counts, dtype=np.float64)
+
+    def global_target(self) -> list[float] | None:
+        """T from the summed counts of every client seen, for target=global; else None."""
+        if self.target != "global" or not self.counts_by_partition:
+            return None
+        return label_distribution(sum(self.counts_by_partition.values())).tolist()
+
+    # ----- weights -------------------------------------------------------------------------
+    def weights(self, replies: list[ClientReply]) -> np.ndarray:
+        """p_k for the replies; clients with an invalid d_k get weight 0 (logged)."""
+        for r in replies:
+            if r.partition_id not in self.d_by_partition and protocol.DISCO_D in r.metrics:
+                d = float(r.metrics[protocol.DISCO_D])
+                if math.isfinite(d) and d >= 0:
+                    self.d_by_partition[r.partition_id] = d
+                else:
+                    log.warning(
+                        "partition %d reported disco-d=%r (must be finite and >= 0): "
+                        "excluded from the average",
+                        r.partition_id,
+                        d,
+                    )
+        usable = [i for i, r in enumerate(replies) if r.partition_id in self.d_by_partition]
+        missing = sorted(
+            r.partition_id for r in replies if r.partition_id not in self.d_by_partition
+        )
+        if missing:
+            log.warning("no valid disco-d from partitions %s: excluded from the average", missing)
+        p = np.zeros(len(replies))
+        if not usable:
+            log.warning("no client has a valid disco-d: falling back to data-size weights")
+            sizes = np.array([r.num_examples for r in replies], dtype=np.float64)
+            return sizes / sizes.sum()
+        sub, fell_back = disco_weights(
+            [replies[i].num_examples for i in usable],
+            [self.d_by_partition[replies[i].partition_id] for i in usable],
+            a=self.a,
+            b=self.b,
+            normalize_d=self.normalize_d,
+        )
+        if fell_back:
+            log.warning(
+                "every FedDisco weight was clipped to 0 (a=%s, b=%s): using data-size weights",
+                self.a,
+                self.b,
+            )
+        p[usable] = sub
+        return p
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        pids = sorted(self.d_by_partition)
+        state = {
+            "disco/pids": np.array(pids, dtype=np.int64),
+            "disco/d": np.array([self.d_by_partition[p] for p in pids], dtype=np.float64),
+        }
+        if self.counts_by_partition:
+            cpids = sorted(self.counts_by_partition)
+            state["disco/count_pids"] = np.array(cpids, dtype=np.int64)
+            state["disco/counts"] = np.stack([self.counts_by_partition[p] for p in cpids])
+        return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        self.d_by_partition = {
+            int(p): float(d)
+            for p, d in zip(state.get("disco/pids", []), state.get("disco/d", []), strict=True)
+        }
+        self.counts_by_partition = {
+            int(p): np.asarray(c)
+            for p, c in zip(
+                state.get("disco/count_pids", []), state.get("disco/counts", []), strict=True
+            )
+        }
+
+
+class FedDisco(FedAvg):
+    """FedAvg whose model average uses FedDisco's weights (the paper's FedAvg + Disco)."""
