@@ -72,3 +72,14 @@ def test_runtimes_build(name: str) -> None:
     cfg = _cfg(f"runtime={name}", *extra)
     check_values(cfg)
     assert callable(build(cfg.runtime).run)
+
+
+@pytest.mark.parametrize("name", _options("experiment"))
+def test_experiment_presets_compose_with_any_dataset(name: str) -> None:
+    for dataset in ("digits", "mnist5k"):
+        cfg = _cfg(f"experiment={name}", f"dataset={dataset}", "model=mlp")
+        check_values(cfg)
+        parts = build(cfg.partition).split(
+            np.repeat(np.arange(10), 120), cfg.num_clients, seed=cfg.seed
+        )
+        assert len(parts) == cfg.num_clients
