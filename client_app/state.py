@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from logging import INFO
 from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.common.logger import log as flwr_log
 
 STATE_DIR_ENV = "FL_STATE_DIR"
 
@@ -40,6 +42,7 @@ class ClientState:
             keys = [str(k) for k in f["__keys__"]]
             record = ArrayRecord({k: Array(f[f"a{i}"]) for i, k in enumerate(keys)})
         self._memory[name] = record
+        flwr_log(INFO, "fl_system: restored client state '%s' from %s", name, path)
         return record
 
     def save(self, name: str, record: ArrayRecord) -> None:

@@ -19,6 +19,8 @@ from server_app.exchange import exchange
 
 log = logging.getLogger(__name__)
 
+PROBE_SECONDS = 15.0  # how long a partition's holder has to prove it is alive
+
 
 class NodeRegistry:
     """Maps connected node ids to partition ids, handshaking new nodes as they appear."""
@@ -79,6 +81,43 @@ class NodeRegistry:
             time.sleep(1.0)
 
     def _handshake(self, node_ids: list[int], timeout: float) -> None:
+        for reply in self._ask(node_ids, timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                log.warning("node %d failed the handshake: %s", node, reply.error.reason)
+                self._rejected.add(node)
+                continue
+            metrics = reply.content.metric_records[protocol.METRICS]
+            pid = int(metrics[protocol.PARTITION_ID])
+            if not 0 <= pid < self._num_partitions:
+                log.error(
+                    "node %d reports partition-id %d, outside 0..%d: ignored",
+                    node, pid, self._num_partitions - 1,
+                )  # fmt: skip
+                self._rejected.add(node)
+                continue
+            holder = next((n for n, p in self.partition_of.items() if p == pid), None)
+            if holder is not None and self._answers(holder):
+                log.error(
+                    "node %d reports partition-id %d, already held by live node %d: ignored "
+                    "(each SuperNode needs its own partition-id)",
+                    node, pid, holder,
+                )  # fmt: skip
+                self._rejected.add(node)
+                continue
+            if holder is not None:
+                log.warning("partition %d moves from silent node %d to node %d", pid, holder, node)
+                del self.partition_of[holder]
+            self.partition_of[node] = pid
+            if self._on_join is not None:
+                self._on_join(pid, metrics)
+
+    def _answers(self, node_id: int) -> bool:
+        """Whether a node still replies: a restarted SuperNode's old id lingers until its
+        heartbeat expires (about a minute), and must not block the node that replaced it."""
+        return any(not r.has_error() for r in self._ask([node_id], PROBE_SECONDS))
+
+    def _ask(self, node_ids: list[int], timeout: float) -> list[Message]:
         messages = [
             Message(
                 content=RecordDict(
@@ -90,33 +129,6 @@ class NodeRegistry:
             for node_id in node_ids
         ]
         self._bytes_down += sum(protocol.wire_bytes(m) for m in messages)
-        claimed = set(self.partition_of.values())
-        for reply in exchange(self._grid, messages, timeout=timeout):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                log.warning("node %d failed the handshake: %s", node, reply.error.reason)
-                self._rejected.add(node)
-                continue
-            self._bytes_up += protocol.wire_bytes(reply)
-            pid = int(reply.content.metric_records[protocol.METRICS][protocol.PARTITION_ID])
-            if not 0 <= pid < self._num_partitions or pid in claimed:
-                self._rejected.add(node)
-            if not 0 <= pid < self._num_partitions:
-                log.error(
-                    "node %d reports partition-id %d, outside 0..%d: ignored",
-                    node,
-                    pid,
-                    self._num_partitions - 1,
-                )
-            elif pid in claimed:
-                log.error(
-                    "node %d reports partition-id %d, already held by another node: ignored "
-                    "(each SuperNode needs its own partition-id)",
-                    node,
-                    pid,
-                )
-            else:
-                self.partition_of[node] = pid
-                claimed.add(pid)
-                if self._on_join is not None:
-                    self._on_join(pid, reply.content.metric_records[protocol.METRICS])
+        replies = exchange(self._grid, messages, timeout=timeout)
+        self._bytes_up += sum(protocol.wire_bytes(r) for r in replies if not r.has_error())
+        return replies
