@@ -1,13 +1,13 @@
 """Client state that must outlive a SuperNode restart (control variates, previous models).
 
 `context.state` lives in SuperNode memory and is lost when the node restarts, so every
-record saved here is also written to the node's state directory, keyed by the run's config
-and the partition id. A restarted node (new node id, same partition) picks it up again.
+record saved here is also written to the node's state directory, keyed by the run
+(the same for its resumptions) and the partition id. A restarted node (new
+node id, same partition) picks it up again, also in a resumed run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from logging import INFO
 from pathlib import Path
@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from flwr.common.logger import log as flwr_log
+
+from fl_system.experiment import run_key
 
 STATE_DIR_ENV = "FL_STATE_DIR"
 
@@ -28,8 +30,8 @@ class ClientState:
 
     def __init__(self, memory: RecordDict, root: Path, run_config_json: str, partition_id: int):
         self._memory = memory
-        run_key = hashlib.sha256(run_config_json.encode()).hexdigest()[:16]
-        self.directory = root / run_key / f"partition-{partition_id}"
+        # A resumed run continues the same state; a new run starts from nothing.
+        self.directory = root / run_key(run_config_json) / f"partition-{partition_id}"
 
     def load(self, name: str) -> ArrayRecord | None:
         """The saved record, from memory or (after a restart) from disk; None if never saved."""

@@ -7,6 +7,7 @@ dataset split, the same partition and the same initial model from (config, seed)
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from typing import Any
 
@@ -19,6 +20,32 @@ from torch import nn
 from fl_system.data import DatasetArrays
 from fl_system.seeding import seed_everything
 from fl_system.validation import ConfigError
+
+# Keys that may differ between a checkpointed run and its resumption: they do not change
+# what is being trained, so a resumed run is the same experiment.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "num_rounds",
+        "resume",
+        "target_accuracy",
+        "eval_every",
+        "round_timeout",
+        "runtime",
+        "server",
+        "run_dir",
+    }
+)
+
+
+def run_key(config_json: str) -> str:
+    """A short id that is the same for a run and its resumptions and differs between runs.
+
+    The run directory tells runs apart (a new run gets a new one; resuming reuses it).
+    """
+    cfg = json.loads(config_json)
+    identity = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
+    identity["run_dir"] = cfg.get("run_dir")
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def build(node: DictConfig, **overrides: Any) -> Any:

@@ -14,24 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from fl_system.experiment import RESUMABLE_CHANGES
+
 _MODEL = "model/"
 _STRATEGY = "strategy/"
 _META = "meta"
 FORMAT = 1
-
-# Keys that may differ between the checkpointed run and its resumption.
-RESUMABLE_CHANGES = frozenset(
-    {
-        "num_rounds",
-        "resume",
-        "target_accuracy",
-        "eval_every",
-        "round_timeout",
-        "runtime",
-        "server",
-        "run_dir",
-    }
-)
 
 
 class CheckpointError(RuntimeError):
