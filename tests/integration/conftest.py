@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.launch.processes import descendants
+from fl_system.launch.processes import ProcessGroup, descendants, free_port, port_open, tool_env
 
 FL_RUN = shutil.which("fl-run", path=str(Path(sys.executable).parent)) or "fl-run"
 
@@ -79,3 +80,62 @@ def interrupt_when(
             proc.kill()
     time.sleep(1)  # let the kernel reap what was killed
     return Interrupted(proc.returncode, err, tree)
+
+
+class HandStartedFederation:
+    """A SuperLink and SuperNodes started the way a user starts them on separate machines."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.root = root
+        self.env = tool_env(env)
+        self.procs = ProcessGroup()
+        self.fleet, self.control = free_port(), free_port()
+        self.nodes: dict[int, subprocess.Popen] = {}
+
+    def start_superlink(self) -> None:
+        self.procs.start(
+            "superlink",
+            [
+                "flower-superlink", "--insecure",
+                "--fleet-api-address", f"127.0.0.1:{self.fleet}",
+                "--control-api-address", f"127.0.0.1:{self.control}",
+                "--port", str(free_port()),
+                "--disable-runtime-dependency-installation",
+            ],
+            self.root / "superlink.log",
+            self.env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not port_open("127.0.0.1", self.control):
+            assert self.procs.first_dead() is None, "the SuperLink exited during start-up"
+            assert time.monotonic() < deadline, "SuperLink not up after 60 s"
+            time.sleep(0.2)
+
+    def start_supernode(self, partition_id: int, num_partitions: int, log_name: str) -> None:
+        self.nodes[partition_id] = self.procs.start(
+            f"supernode {partition_id}",
+            [
+                "flower-supernode", "--insecure",
+                "--superlink", f"127.0.0.1:{self.fleet}",
+                "--node-config", f"partition-id={partition_id} num-partitions={num_partitions}",
+                "--port", str(free_port()),
+            ],
+            self.root / log_name,
+            self.env,
+        )  # fmt: skip
+
+    def stop_supernode(self, partition_id: int) -> None:
+        proc = self.nodes.pop(partition_id)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        self.procs.procs = [(n, p) for n, p in self.procs.procs if p is not proc]
+
+    def remote_args(self) -> list[str]:
+        return [
+            "runtime=remote",
+            f"runtime.address=127.0.0.1:{self.control}",
+            "runtime.insecure=true",
+        ]
+
+    def stop(self) -> None:
+        self.procs.stop()

@@ -26,11 +26,23 @@ SUMMARY_KEYS = {
 }
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
+ALGORITHMS = {
+    "fedavg": ["algorithm=fedavg"],
+    "fedprox": ["algorithm=fedprox"],
+    "feddisco": ["algorithm=feddisco"],
+    "scaffold": ["algorithm=scaffold"],
+    "fednova": ["algorithm=fednova"],
+    "feddyn": ["algorithm=feddyn"],
+    "moon": ["algorithm=moon"],
+    "scaffold+disco": ["algorithm=scaffold", "algorithm.disco.enabled=true"],
+}
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 def test_two_rounds_over_grpc(algorithm: str, tmp_path: Path, cli_env: dict[str, str]) -> None:
     run_dir = tmp_path / "run"
     result = run_cli(
-        [f"algorithm={algorithm}", *QUICK, "num_rounds=2", f"hydra.run.dir={run_dir}"], cli_env
+        [*ALGORITHMS[algorithm], *QUICK, "num_rounds=2", f"hydra.run.dir={run_dir}"], cli_env
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "final accuracy" in result.stdout
@@ -44,6 +56,9 @@ def test_two_rounds_over_grpc(algorithm: str, tmp_path: Path, cli_env: dict[str,
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(summary) >= SUMMARY_KEYS
     assert summary["rounds"] == 2 and 0.0 <= summary["final_accuracy"] <= 1.0
+    # Every participant's aggregation weight is recorded, and they sum to one.
+    weights = [float(rows[1][f"weight_{pid}"]) for pid in range(2)]
+    assert sum(weights) == pytest.approx(1.0)
     # Real bytes crossed gRPC: at least the MLP's float32 weights, each way, per client.
     mlp_bytes = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
     assert int(rows[1]["bytes_down"]) >= 2 * mlp_bytes

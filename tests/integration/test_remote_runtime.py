@@ -7,66 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
-from tests.integration.conftest import QUICK, run_cli
+from tests.integration.conftest import QUICK, HandStartedFederation, run_cli
 
 pytestmark = pytest.mark.integration
 
 
-def _wait_for_port(port: int, procs: ProcessGroup) -> None:
-    import time
-
-    deadline = time.monotonic() + 60
-    while not port_open("127.0.0.1", port):
-        assert procs.first_dead() is None, "the SuperLink exited during start-up"
-        assert time.monotonic() < deadline, f"port {port} not open after 60 s"
-        time.sleep(0.2)
-
-
 def test_submit_to_a_running_federation(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    fleet, control, appio = free_port(), free_port(), free_port()
-    env = tool_env({"FL_CACHE_DIR": cli_env["FL_CACHE_DIR"]})
-    procs = ProcessGroup()
+    federation = HandStartedFederation(tmp_path, cli_env)
     try:
-        procs.start(
-            "superlink",
-            [
-                "flower-superlink", "--insecure",
-                "--fleet-api-address", f"127.0.0.1:{fleet}",
-                "--control-api-address", f"127.0.0.1:{control}",
-                "--port", str(appio),
-                "--disable-runtime-dependency-installation",
-            ],
-            tmp_path / "superlink.log",
-            env,
-        )  # fmt: skip
-        _wait_for_port(control, procs)
+        federation.start_superlink()
         for pid in range(2):
-            procs.start(
-                f"supernode {pid}",
-                [
-                    "flower-supernode", "--insecure",
-                    "--superlink", f"127.0.0.1:{fleet}",
-                    "--node-config", f"partition-id={pid} num-partitions=2",
-                    "--port", str(free_port()),
-                ],
-                tmp_path / f"supernode-{pid}.log",
-                env,
-            )  # fmt: skip
+            federation.start_supernode(pid, 2, f"supernode-{pid}.log")
         run_dir = tmp_path / "run"
         result = run_cli(
-            [
-                *QUICK,
-                "num_rounds=2",
-                "runtime=remote",
-                f"runtime.address=127.0.0.1:{control}",
-                "runtime.insecure=true",
-                f"hydra.run.dir={run_dir}",
-            ],
+            [*QUICK, "num_rounds=2", *federation.remote_args(), f"hydra.run.dir={run_dir}"],
             cli_env,
         )
         assert result.returncode == 0, result.stderr[-3000:]
         assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 2
-        assert procs.first_dead() is None  # the federation outlives the run it served
+        assert federation.procs.first_dead() is None  # the federation outlives the run
     finally:
-        procs.stop()
+        federation.stop()
