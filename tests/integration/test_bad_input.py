@@ -22,6 +22,15 @@ def _error_lines(stderr: str) -> list[str]:
         (["dataset=digits", "model=mlp", "num_clients=5000"], "5000"),
         (["dataset=digits", "model=cnn"], "cnn: model 'cnn' needs images"),
         (["algorithm=fedprox", "algorithm.mu=-1"], "mu must be >= 0"),
+        (["algorithm=feddisco", "algorithm.disco.a=-1"], "disco.a must be a number >= 0"),
+        (
+            [
+                "algorithm=scaffold",
+                "algorithm.disco.enabled=true",
+                "algorithm.disco.metric=hamming",
+            ],
+            "disco.metric must be one of kl, l1, l2, cosine, got 'hamming'",
+        ),
     ],
 )
 def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> None:
