@@ -1,0 +1,12 @@
+"""MOON (Li, He, Song, CVPR 2021): FedAvg's server; the contrastive term lives on the client.
+
+See `client_app/algorithms/moon.py` for the local objective CE + mu * l_con.
+"""
+
+from __future__ import annotations
+
+from server_app.strategies.fedavg import FedAvg
+
+
+class Moon(FedAvg):
+    """Server half of MOON: FedAvg's averaging with `aggregation_weights` (Disco-aware)."""
