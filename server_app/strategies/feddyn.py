@@ -1,0 +1,134 @@
+"""FedDyn (Acar et al., ICLR 2021), server half.
+
+Server state: h, zeros at the start, one array per float layer of the model. With P the
+round's usable replies, K the number of clients, alpha the FedDyn coefficient and theta_t
+the model the clients received this round:
+
+    theta_avg = sum_{k in P} p_k theta_k        p_k uniform (FedDyn's np.mean), or FedDisco's
+    h         <- h - (alpha / K) sum_{k in P} (theta_k - theta_t)
+    theta_cld = theta_avg - h / alpha           the model the clients start from next round
+
+The two formulations in the specs agree. TACO's spec writes the rule above. FedDisco's spec
+(the authors' code) keeps per-client h_k += theta_k - theta_cld and sends
+theta_cld = theta_avg + mean_{all K}(h_k). With H = (1/K) sum_k h_k, a round adds
+(1/K) sum_{k in P} (theta_k - theta_t) to H, so H = -h / alpha at every round and the two
+theta_cld are the same. On the client, g_k = -alpha h_k (see `client_app/algorithms/feddyn.py`),
+so h is the mean over all K clients of their gradient states g_k.
+
+Which model is which, without changing the round driver: the driver evaluates and
+checkpoints the arrays that `aggregate_train` returns and passes them back in to
+`train_messages` next round. `aggregate` therefore returns theta_avg (the model FedDyn
+reports), and `node_content` turns the theta_avg it is given into theta_cld = theta_avg - h/alpha
+before it goes to the clients. theta_cld is a function of (theta_avg, h), so the checkpoint
+(model theta_avg + strategy state h) resumes exactly, and Flower's own `Strategy.start`,
+which also feeds `aggregate_train`'s result back to `configure_train`, behaves the same.
+In round 1, h = 0 and theta_cld is the initial model.
+
+Variant: the plain rule (the paper's Algorithm 1). The authors' extras (weight decay
+alpha + 1e-5 standing in for the quadratic term, gradient clipping at 10, adaptive
+alpha_k = alpha / (K n_k)) are not used; clipping is available on the client as
+`max_grad_norm`. h covers every float layer; the paper's models have no float buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from fl_system.aggregation import weighted_average
+from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.layer_state import LayerState
+
+if TYPE_CHECKING:
+    from server_app.strategies.feddisco import DiscoWeighting
+
+
+class FedDyn(FederatedStrategy):
+    """Uniform model average, dynamic-regulariser state h, clients start from theta_cld."""
+
+    def __init__(
+        self, *, alpha: float, num_clients: int, disco: DiscoWeighting | None = None
+    ) -> None:
+        super().__init__(disco=disco)
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
+            raise ValueError(f"feddyn alpha must be a number > 0, got {alpha!r}")
+        if (
+            isinstance(num_clients, bool)
+            or not isinstance(num_clients, int | np.integer)
+            or num_clients < 1
+        ):
+            raise ValueError(f"feddyn num_clients must be an integer >= 1, got {num_clients!r}")
+        self.alpha = float(alpha)
+        self.num_clients = int(num_clients)
+        self.h = LayerState("feddyn/h")
+        self._cloud: tuple[ArrayRecord, ArrayRecord] | None = None  # (theta_avg, theta_cld)
+
+    def cloud_model(self, arrays: ArrayRecord) -> ArrayRecord:
+        """theta_cld = theta_avg - h / alpha for the given theta_avg (cached per round)."""
+        if self._cloud is not None and self._cloud[0] is arrays:
+            return self._cloud[1]
+        h = self.h.ensure(arrays)
+        out = {}
+        for name in arrays:
+            arr = arrays[name].numpy()
+            if name in h:
+                arr = (arr.astype(np.float64) - h[name] / self.alpha).astype(arr.dtype)
+            out[name] = Array(arr)
+        cloud = ArrayRecord(out)
+        self._cloud = (arrays, cloud)
+        return cloud
+
+    # ----- sending -------------------------------------------------------------------------
+    def node_content(
+        self,
+        server_round: int,
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        partition_id: int | None,
+    ) -> RecordDict:
+        return super().node_content(server_round, self.cloud_model(arrays), config, partition_id)
+
+    # ----- receiving -----------------------------------------------------------------------
+    def base_weights(self, replies: list[ClientReply]) -> list[float]:
+        """FedDyn averages participants uniformly (the authors' np.mean), not by data size."""
+        return [1.0] * len(replies)
+
+    def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
+        if not self.global_arrays:
+            raise RuntimeError("feddyn: aggregate before any model was sent (no theta_t)")
+        sent = self.cloud_model(self.global_arrays)  # theta_t: what the clients received
+        names = list(sent.keys())
+        for r in replies:
+            if len(r.arrays) != len(names):
+                raise ValueError(
+                    f"feddyn: partition {r.partition_id} sent {len(r.arrays)} layers, "
+                    f"the model has {len(names)}"
+                )
+        theta_avg = weighted_average(
+            [r.arrays for r in replies], self.aggregation_weights(server_round, replies)
+        )
+        h = self.h.ensure(sent)
+        scale = self.alpha / self.num_clients
+        for i, name in enumerate(names):
+            if name not in h:
+                continue
+            theta_t = sent[name].numpy().astype(np.float64)
+            drift = sum(r.arrays[i].astype(np.float64) - theta_t for r in replies)
+            h[name] -= scale * drift
+        self._cloud = None  # h changed: theta_cld must be recomputed
+        return theta_avg
+
+    def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
+        return {"server_state_norm": self.h.norm()}
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> StrategyState:
+        return {**super().state_dict(), **self.h.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        rest = self.h.take_state(state)
+        self._cloud = None
+        super().load_state_dict(rest)

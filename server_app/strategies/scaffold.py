@@ -1,0 +1,121 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020), server half, option II control variates.
+
+Server state: the global control variate c, zeros at the start, one array per float layer
+of the model (SCAFFOLD's client only uses the entries of trainable parameters; the others
+stay zero). Each round
+
+    sent down:  the global model w and c (ArrayRecord `protocol.SCAFFOLD_C`)
+    sent up:    the local model w_k and dc_k = c_k+ - c_k (ArrayRecord `protocol.SCAFFOLD_DELTA_C`)
+    w  <- sum_{k in S_t} p_k w_k          p_k = `aggregation_weights` (data sizes, or FedDisco's)
+    c  <- c + (1/K) sum_{k in S_t} dc_k   K = all clients, not |S_t|; no FedDisco reweighting
+
+(the global step size eta_g is 1, as in FedDisco's and NIID-Bench's code). A reply without a
+usable dc_k (missing record, unknown layer, wrong shape, non-finite values) still contributes
+its model; its dc_k is left out of the c update and a warning is logged.
+The client half is `client_app/algorithms/scaffold.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from fl_system import protocol
+from fl_system.aggregation import weighted_average
+from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.layer_state import LayerState
+
+if TYPE_CHECKING:
+    from server_app.strategies.feddisco import DiscoWeighting
+
+log = logging.getLogger(__name__)
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+class Scaffold(FederatedStrategy):
+    """Data-size (or FedDisco) weighted model average plus the global control variate c."""
+
+    def __init__(self, *, num_clients: int, disco: DiscoWeighting | None = None) -> None:
+        super().__init__(disco=disco)
+        self.num_clients = _positive_int("scaffold num_clients", num_clients)
+        self.c = LayerState("scaffold/c")
+        self._c_record: ArrayRecord | None = None  # c as sent this round (cached per round)
+
+    # ----- sending -------------------------------------------------------------------------
+    def node_content(
+        self,
+        server_round: int,
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        partition_id: int | None,
+    ) -> RecordDict:
+        content = super().node_content(server_round, arrays, config, partition_id)
+        if self._c_record is None:
+            self._c_record = self.c.record(arrays)
+        content[protocol.SCAFFOLD_C] = self._c_record
+        return content
+
+    # ----- receiving -----------------------------------------------------------------------
+    def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
+        weights = self.aggregation_weights(server_round, replies)
+        new_model = weighted_average([r.arrays for r in replies], weights)
+        template = self.global_arrays or replies[0].content.array_records[protocol.ARRAYS]
+        c = self.c.ensure(template)
+        total = {name: np.zeros_like(v) for name, v in c.items()}
+        for r in replies:
+            delta, problem = _delta_c(r, c)
+            if problem is not None:
+                log.warning(
+                    "round %d: partition %d: %s; its model is averaged but c is updated without it",
+                    server_round,
+                    r.partition_id,
+                    problem,
+                )
+                continue
+            for name, v in delta.items():
+                total[name] += v
+        for name in c:
+            c[name] += total[name] / self.num_clients
+        self._c_record = None
+        return new_model
+
+    def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
+        return {"server_state_norm": self.c.norm()}
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> StrategyState:
+        return {**super().state_dict(), **self.c.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        rest = self.c.take_state(state)
+        self._c_record = None
+        super().load_state_dict(rest)
+
+
+def _delta_c(
+    reply: ClientReply, c: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], str | None]:
+    """The reply's dc_k as float64 arrays by layer name, or the reason it cannot be used."""
+    record = reply.content.array_records.get(protocol.SCAFFOLD_DELTA_C)
+    if record is None:
+        return {}, f"reply lacks ArrayRecord '{protocol.SCAFFOLD_DELTA_C}'"
+    out: dict[str, np.ndarray] = {}
+    for name in record:
+        if name not in c:
+            return {}, f"delta c has layer '{name}' that c does not have"
+        arr = record[name].numpy().astype(np.float64)
+        if arr.shape != c[name].shape:
+            return {}, f"delta c layer '{name}' has shape {arr.shape}, c has {c[name].shape}"
+        if not np.all(np.isfinite(arr)):
+            return {}, f"delta c layer '{name}' is not finite"
+        out[name] = arr
+    return out, None
