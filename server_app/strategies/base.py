@@ -170,7 +170,14 @@ class FederatedStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        ok, self.last_failures = unpack_replies(replies)
+        unpacked, self.last_failures = unpack_replies(replies)
+        ok = []
+        for reply in unpacked:
+            problem = self.reject(reply)
+            if problem is None:
+                ok.append(reply)
+            else:
+                self.last_failures.append(ClientFailure(reply.node_id, problem))
         for failure in self.last_failures:
             log.warning(
                 "round %d: node %d dropped: %s", server_round, failure.node_id, failure.reason
@@ -187,6 +194,10 @@ class FederatedStrategy(Strategy):
             }
         )
         return arrays_like(self.global_arrays, new_arrays), metrics
+
+    def reject(self, reply: ClientReply) -> str | None:
+        """Why this algorithm cannot use a well-formed reply (None: it can)."""
+        return None
 
     def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
         """The new global model's layers from this round's usable replies."""

@@ -15,36 +15,14 @@ like the FedDisco authors' code, this uses the plain step count whatever the mom
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Iterable
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
 
 from fl_system import protocol
 from fl_system.fednova import fednova_update
-from server_app.strategies.base import ClientFailure, ClientReply, FederatedStrategy
+from server_app.strategies.base import ClientReply, FederatedStrategy
 
-log = logging.getLogger(__name__)
-
-
-def _step_problem(msg: Message) -> str | None:
-    """Why a (successful) reply's step count cannot be used; None if it can or if the reply
-    is an error or malformed anyway (the base class explains those)."""
-    if msg.has_error():
-        return None
-    metrics = msg.content.metric_records.get(protocol.METRICS)
-    if metrics is None:
-        return None
-    if protocol.NUM_STEPS not in metrics:
-        return f"reply lacks metric '{protocol.NUM_STEPS}' (FedNova needs the local step count)"
-    steps = float(metrics[protocol.NUM_STEPS])
-    if not math.isfinite(steps) or steps <= 0:
-        return (
-            f"reported {protocol.NUM_STEPS}={metrics[protocol.NUM_STEPS]}: no update to normalise"
-        )
-    return None
 
 
 class FedNova(FederatedStrategy):
@@ -54,24 +32,13 @@ class FedNova(FederatedStrategy):
         super().__init__(**kwargs)
         self.last_tau_eff = float("nan")
 
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        usable: list[Message] = []
-        rejected: list[ClientFailure] = []
-        for msg in replies:
-            problem = _step_problem(msg)
-            if problem is None:
-                usable.append(msg)
-            else:
-                rejected.append(ClientFailure(msg.metadata.src_node_id, problem))
-        result = super().aggregate_train(server_round, usable)
-        for failure in rejected:
-            log.warning(
-                "round %d: node %d dropped: %s", server_round, failure.node_id, failure.reason
-            )
-        self.last_failures = [*self.last_failures, *rejected]
-        return result
+    def reject(self, reply: ClientReply) -> str | None:
+        if protocol.NUM_STEPS not in reply.metrics:
+            return f"reply lacks metric '{protocol.NUM_STEPS}' (FedNova needs the local step count)"
+        steps = float(reply.metrics[protocol.NUM_STEPS])
+        if not math.isfinite(steps) or steps <= 0:
+            return f"reported {protocol.NUM_STEPS}={steps}: no update to normalise"
+        return None
 
     def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
         if not self.global_arrays:
