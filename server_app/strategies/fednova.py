@@ -24,7 +24,6 @@ from fl_system.fednova import fednova_update
 from server_app.strategies.base import ClientReply, FederatedStrategy
 
 
-
 class FedNova(FederatedStrategy):
     """Server half of FedNova: normalised averaging with `aggregation_weights` as p_k."""
 
