@@ -71,7 +71,7 @@ def train(msg: Message, context: Context) -> Message:
         seed=derive_seed(cfg.seed, server_round, node.partition_id),
         device=resolve_device(node.device),
         received=msg.content,
-        state=ClientState(context.state, node.state_root(), config_json, node.partition_id),
+        state=ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id),
     )
     content = RecordDict(
         {

@@ -1,8 +1,8 @@
 """Client state that must outlive a SuperNode restart (control variates, previous models).
 
 `context.state` lives in SuperNode memory and is lost when the node restarts, so every
-record saved here is also written to the node's state directory, keyed by the run
-(the same for its resumptions) and the partition id. A restarted node (new
+record saved here is also written to the node's state directory, keyed by the run id
+(`fl-run` makes a new one per run; resumptions keep it) and the partition id. A restarted node (new
 node id, same partition) picks it up again, also in a resumed run.
 """
 
@@ -16,8 +16,6 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from flwr.common.logger import log as flwr_log
 
-from fl_system.experiment import run_key
-
 STATE_DIR_ENV = "FL_STATE_DIR"
 
 
@@ -28,10 +26,10 @@ def default_state_root() -> Path:
 class ClientState:
     """Named ArrayRecords kept in `context.state` and mirrored to disk."""
 
-    def __init__(self, memory: RecordDict, root: Path, run_config_json: str, partition_id: int):
+    def __init__(self, memory: RecordDict, root: Path, run_id: str, partition_id: int):
         self._memory = memory
-        # A resumed run continues the same state; a new run starts from nothing.
-        self.directory = root / run_key(run_config_json) / f"partition-{partition_id}"
+        # A resumed run keeps its run id and continues; a new run starts from nothing.
+        self.directory = root / run_id / f"partition-{partition_id}"
 
     def load(self, name: str) -> ArrayRecord | None:
         """The saved record, from memory or (after a restart) from disk; None if never saved."""

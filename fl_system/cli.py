@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fl_system.data import DataError, PartitionError
-from fl_system.experiment import build
+from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError
 from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
@@ -38,6 +38,7 @@ def run_experiment(cfg: DictConfig) -> dict:
     paths = RunPaths(Path(HydraConfig.get().runtime.output_dir).resolve())
     with open_dict(cfg):
         cfg.run_dir = str(paths.root)
+        cfg.run_id = new_run_id()  # preflight puts the checkpoint's back when resuming
     try:
         preflight(cfg, paths)
         runtime = build(cfg.runtime)
@@ -48,6 +49,7 @@ def run_experiment(cfg: DictConfig) -> dict:
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.config.write_text(OmegaConf.to_yaml(cfg))
     paths.summary.unlink(missing_ok=True)
+    paths.failure.unlink(missing_ok=True)
     try:
         runtime.run(cfg, paths)
     except LaunchError as err:

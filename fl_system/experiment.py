@@ -7,8 +7,8 @@ dataset split, the same partition and the same initial model from (config, seed)
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
+import uuid
 from typing import Any
 
 import numpy as np
@@ -37,15 +37,9 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-def run_key(config_json: str) -> str:
-    """A short id that is the same for a run and its resumptions and differs between runs.
-
-    The run directory tells runs apart (a new run gets a new one; resuming reuses it).
-    """
-    cfg = json.loads(config_json)
-    identity = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
-    identity["run_dir"] = cfg.get("run_dir")
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+def new_run_id() -> str:
+    """A fresh id for a new run; its resumptions keep it (it is in the checkpointed config)."""
+    return uuid.uuid4().hex[:16]
 
 
 def build(node: DictConfig, **overrides: Any) -> Any:

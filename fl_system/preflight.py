@@ -10,7 +10,10 @@ from fl_system.validation import ConfigError, check_values
 
 
 def preflight(cfg: DictConfig, paths: RunPaths) -> None:
-    """Validate values, build every part once, and check the resume state of the run dir."""
+    """Validate values, build every part once, and check the resume state of the run dir.
+
+    On resume, `cfg.run_id` becomes the checkpointed run's, so clients find their state.
+    """
     check_values(cfg)
     build(cfg.algorithm.strategy)
     build(cfg.algorithm.local_rule)
@@ -26,6 +29,7 @@ def _check_resume(cfg: DictConfig, paths: RunPaths) -> None:
 
     if cfg.resume:
         ckpt = load_checkpoint(paths.checkpoint)
+        cfg.run_id = ckpt.config.get("run_id") or cfg.run_id
         check_same_experiment(ckpt.config, OmegaConf.to_container(cfg, resolve=True))
         if ckpt.round >= cfg.num_rounds:
             raise ConfigError(

@@ -73,6 +73,8 @@ def follow_run(
             time.sleep(poll)
     finally:
         bar.close()
+    if paths.failure.exists():
+        raise LaunchError(paths.failure.read_text().strip())
     if not paths.summary.exists():
         raise LaunchError(
             "the run ended without a summary; last lines of the server log:\n"

@@ -23,6 +23,11 @@ class RunPaths:
         return self.root / "summary.json"
 
     @property
+    def failure(self) -> Path:
+        """Why the run stopped early, one line (absent while it runs or after success)."""
+        return self.root / "failure.txt"
+
+    @property
     def curve(self) -> Path:
         return self.root / "curve.png"
 

@@ -45,7 +45,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train.local_steps": (_optional(_int(1)), "null or a positive integer"),
     "train.batch_size": (_int(1), "a positive integer"),
     "train.lr": (_positive_number, "a positive number"),
-    "train.momentum": (_non_negative_number, "a number >= 0"),
+    "train.momentum": (lambda v: _non_negative_number(v) and v < 1, "a number in [0, 1)"),
     "train.weight_decay": (_non_negative_number, "a number >= 0"),
 }
 

@@ -32,7 +32,7 @@ from server_app.checkpoint import (
 )
 from server_app.exchange import exchange
 from server_app.nodes import NodeRegistry
-from server_app.strategies.base import FederatedStrategy
+from server_app.strategies.base import ClientFailure, FederatedStrategy
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,20 @@ class RoundDriver:
         )
 
     def run(self) -> dict:
+        """All rounds; on failure, the reason goes to the run directory before raising."""
+        try:
+            return self._run()
+        except RunFailed as err:
+            saved = self.metrics.rows()
+            hint = (
+                f"; rounds up to {saved[-1]['round']} are saved (resume=true continues)"
+                if saved
+                else ""
+            )
+            self.paths.failure.write_text(f"{err}{hint}\n")
+            raise
+
+    def _run(self) -> dict:
         cfg = self.cfg
         if cfg.server.torch_threads:
             torch.set_num_threads(int(cfg.server.torch_threads))
@@ -120,7 +134,7 @@ class RoundDriver:
         n_ok = len(replies) - len(failures)
         missing = len(messages) - len(replies)
         if new_arrays is None or n_ok < (cfg.min_clients or 1):
-            reasons = "; ".join(f"node {f.node_id}: {f.reason}" for f in failures)
+            reasons = _grouped(failures)
             raise RunFailed(
                 f"round {rnd}: {n_ok} usable replies of {len(messages)} sent"
                 + (f", {missing} timed out" if missing else "")
@@ -175,6 +189,17 @@ class RoundDriver:
             f"{summary['rounds']} rounds, run directory {self.paths.root}"
         )
         return summary
+
+
+def _grouped(failures: list[ClientFailure]) -> str:
+    """Failures by reason, so ten nodes failing alike read as one line."""
+    nodes: dict[str, list[int]] = {}
+    for f in failures:
+        nodes.setdefault(f.reason, []).append(f.node_id)
+    return "; ".join(
+        f"node{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: {reason}"
+        for reason, ids in nodes.items()
+    )
 
 
 def _plain(cfg: DictConfig) -> dict:

@@ -87,12 +87,23 @@ def unpack_replies(replies: Iterable[Message]) -> tuple[list[ClientReply], list[
         if missing:
             failed.append(ClientFailure(node, "reply lacks " + ", ".join(missing)))
             continue
+        layers = arrays.to_numpy_ndarrays()
+        broken = [name for name, a in zip(arrays, layers, strict=True) if not np.isfinite(a).all()]
+        if broken:
+            failed.append(
+                ClientFailure(
+                    node,
+                    f"local model has NaN or inf in {len(broken)} of {len(layers)} layers, "
+                    f"first '{broken[0]}' (local training diverged: try a lower train.lr)",
+                )
+            )
+            continue
         ok.append(
             ClientReply(
                 node_id=node,
                 partition_id=int(metrics[protocol.PARTITION_ID]),
                 num_examples=int(metrics[protocol.NUM_EXAMPLES]),
-                arrays=arrays.to_numpy_ndarrays(),
+                arrays=layers,
                 metrics=metrics,
                 content=content,
             )

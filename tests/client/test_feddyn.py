@@ -43,7 +43,7 @@ def _record(weight: list[float], bias: list[float]) -> ArrayRecord:
 
 
 def _state(root: Path, memory: RecordDict | None = None) -> ClientState:
-    return ClientState(memory if memory is not None else RecordDict(), root, "{}", partition_id=1)
+    return ClientState(memory if memory is not None else RecordDict(), root, "run-a", 1)
 
 
 def _params(model: nn.Module) -> dict[str, np.ndarray]:

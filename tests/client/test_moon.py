@@ -35,7 +35,7 @@ def _model(init_seed: int = 0) -> MLP:
 
 
 def _state(root: Path, memory: RecordDict | None = None) -> ClientState:
-    return ClientState(memory if memory is not None else RecordDict(), root, '{"run": 1}', 3)
+    return ClientState(memory if memory is not None else RecordDict(), root, "run-a", 3)
 
 
 def _train(rule, state: ClientState | None, start: MLP | None = None, seed: int = 5) -> MLP:

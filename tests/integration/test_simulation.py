@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from fl_system.launch.processes import alive
 from fl_system.results import MetricsLog
@@ -32,6 +33,8 @@ def test_same_seed_same_accuracies(tmp_path: Path, cli_env: dict[str, str]) -> N
     a, b, other = (_accuracies(r) for r in runs)
     assert len(a) == 3 and a == b
     assert a != other
+    # the same config twice is still two runs: client state must not carry over
+    assert len({_run_id(r) for r in runs}) == 3
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(
@@ -53,6 +56,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(
     assert [pid for pid in stopped.process_tree if alive(pid)] == []
     stopped_at = load_checkpoint(broken / "checkpoint.npz").round
     assert 3 <= stopped_at < rounds
+    first_id = _run_id(broken)
 
     result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -62,8 +66,26 @@ def test_interrupted_then_resumed_equals_uninterrupted(
     for key in a.model:
         np.testing.assert_array_equal(a.model[key], b.model[key])
     assert _accuracies(straight) == _accuracies(broken)
+    assert _run_id(broken) == first_id  # so clients find their saved state again
+
+
+def _run_id(run_dir: Path) -> str:
+    run_id = OmegaConf.load(run_dir / "config.yaml").run_id
+    assert isinstance(run_id, str) and len(run_id) == 16
+    return run_id
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:
     path = run_dir / "metrics.csv"
     return MetricsLog(path).rows() if path.exists() else []
+
+
+def test_a_diverged_run_stops_with_one_clear_error(tmp_path: Path, cli_env) -> None:
+    """NaN models are not averaged into the global model; the run stops and says why."""
+    run_dir = tmp_path / "nan"
+    result = run_cli([*SIM, "num_rounds=3", "train.lr=1e30", f"hydra.run.dir={run_dir}"], cli_env)
+    assert result.returncode == 1
+    assert "fl-run: error: round 1: 0 usable replies of 2 sent (nodes " in result.stderr
+    assert "local model has NaN or inf in " in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (run_dir / "failure.txt").read_text().startswith("round 1: 0 usable replies")

@@ -75,6 +75,27 @@ def test_failed_and_malformed_replies_are_dropped_with_reasons() -> None:
     assert "MetricRecord 'metrics'" in reasons[8]
 
 
+def test_a_diverged_local_model_is_dropped_not_averaged() -> None:
+    """NaN or inf in any layer would poison the global model: the reply is a failure."""
+    nan = np.array([1.0, np.nan], np.float32)
+    inf = np.array([np.inf, 0.0], np.float32)
+    fine = np.array([2.0, 4.0], np.float32)
+    replies = [
+        reply(1, [fine, nan], partition_id=0, num_examples=5),
+        reply(2, [inf, fine], partition_id=1, num_examples=5),
+        reply(3, [fine, fine], partition_id=2, num_examples=5),
+    ]
+    strategy = FedAvg()
+    arrays, _ = strategy.aggregate_train(1, replies)
+    for layer in arrays.to_numpy_ndarrays():
+        np.testing.assert_array_equal(layer, fine)
+    reasons = {f.node_id: f.reason for f in strategy.last_failures}
+    assert sorted(reasons) == [1, 2]
+    assert reasons[1].startswith("local model has NaN or inf in 1 of 2 layers, first '1' ")
+    assert reasons[2].startswith("local model has NaN or inf in 1 of 2 layers, first '0' ")
+    assert "train.lr" in reasons[1]
+
+
 def test_extra_records_do_not_reject_a_reply() -> None:
     extra = RecordDict({"extra-stats": ConfigRecord({"note": "hi"})})
     replies = [

@@ -25,6 +25,7 @@ def test_defaults_are_valid() -> None:
         ("target_accuracy=1.5", "target_accuracy must be null or a number in (0, 1]"),
         ("clients_per_round=9", "clients_per_round (9) exceeds num_clients (4)"),
         ("resume=maybe", "resume must be true or false"),
+        ("train.momentum=1", "train.momentum must be a number in [0, 1), got 1"),
     ],
 )
 def test_bad_values_name_the_key(override: str, message: str) -> None:
