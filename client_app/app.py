@@ -9,9 +9,11 @@ message.
 from __future__ import annotations
 
 import functools
+from logging import ERROR
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.logger import log as flwr_log
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -39,7 +41,14 @@ def _model_for(config_json: str) -> nn.Module:
     return build_model(config_from_json(config_json))
 
 
-@app.query("handshake")
+@app.query(protocol.TURN_AWAY_ACTION)
+def turned_away(msg: Message, context: Context) -> Message:
+    reason = str(msg.content.config_records[protocol.CONFIG][protocol.REASON])
+    flwr_log(ERROR, "%s %s", protocol.TURNED_AWAY_LOG, reason)
+    return Message(RecordDict(), reply_to=msg)
+
+
+@app.query(protocol.HANDSHAKE_ACTION)
 def handshake(msg: Message, context: Context) -> Message:
     config_json = str(msg.content.config_records[protocol.CONFIG][protocol.RUN_CONFIG])
     context.state[_STATE] = ConfigRecord({protocol.RUN_CONFIG: config_json})

@@ -1,4 +1,4 @@
-"""Following a run from the launching process: a progress bar fed by the run's metrics.csv."""
+"""Following a run from the launching process: a progress bar fed by the ServerApp's log."""
 
 from __future__ import annotations
 
@@ -11,15 +11,22 @@ from tqdm import tqdm
 
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup
-from fl_system.results import MetricsLog
+from fl_system.results import write_summary
 from fl_system.run_dir import RunPaths
+from fl_system.run_log import RunLog
 
 
 class ProgressBar:
-    """Rounds done, latest accuracy and ETA, read from metrics.csv as the server writes it."""
+    """Rounds done, latest accuracy and ETA, read from the ServerApp's log as it grows.
+
+    The log (`logs/serverapp.log`) is local in every runtime, also when the ServerApp runs
+    on another machine, which the run directory's files are not.
+    """
 
     def __init__(self, cfg: DictConfig, paths: RunPaths) -> None:
-        self.paths = paths
+        self.log_path = paths.logs / "serverapp.log"
+        self.log = RunLog()
+        self._offset = 0
         self.bar = tqdm(
             total=int(cfg.num_rounds),
             unit="round",
@@ -31,22 +38,27 @@ class ProgressBar:
         self.started = False
 
     def poll(self) -> None:
-        if not self.paths.metrics.exists():
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
             return
-        rows = MetricsLog(self.paths.metrics).rows()
-        if not rows:
+        self._offset += len(chunk)
+        self.log.feed(chunk.decode(errors="replace"))
+        done = self.log.round
+        if done == 0:
             return
-        done = int(rows[-1]["round"])
         if not self.started:  # a resumed run starts part-way
             self.bar.n = self.bar.last_print_n = done - 1
             self.started = True
-        accs = [r["test_accuracy"] for r in rows if r.get("test_accuracy")]
-        if accs:
-            self.bar.set_postfix_str(f"acc {float(accs[-1]):.4f}", refresh=False)
+        if self.log.accuracy is not None:
+            self.bar.set_postfix_str(f"acc {self.log.accuracy:.4f}", refresh=False)
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
         self.poll()
+        self.log.feed("\n")  # a last line without its newline
         self.bar.close()
 
 
@@ -61,7 +73,9 @@ def follow_run(
     """Wait for `main` (the process whose end is the run's end), showing progress.
 
     Any other process of the group dying early (a SuperLink or SuperNode crash) ends the
-    wait too. Raises with the log's tail if the run left no summary.
+    wait too. Raises with the failure the ServerApp reported, or the log's tail if the run
+    left no summary. A summary that exists only in the log (the ServerApp wrote its run
+    directory on another machine) is copied into the local run directory.
     """
     bar = ProgressBar(cfg, paths)
     try:
@@ -73,8 +87,10 @@ def follow_run(
             time.sleep(poll)
     finally:
         bar.close()
-    if paths.failure.exists():
-        raise LaunchError(paths.failure.read_text().strip())
+    if bar.log.failure is not None:
+        raise LaunchError(bar.log.failure)
+    if bar.log.summary is not None and not paths.summary.exists():
+        write_summary(paths.summary, bar.log.summary)  # the ServerApp ran on another machine
     if not paths.summary.exists():
         raise LaunchError(
             "the run ended without a summary; last lines of the server log:\n"

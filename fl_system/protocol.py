@@ -36,7 +36,14 @@ DISCO_TARGET = "disco-target"
 DISCO_COUNTS = "disco-counts"
 
 # Message sent once per node before its first round: carries the config, returns identity.
-HANDSHAKE = "query.handshake"
+HANDSHAKE_ACTION = "handshake"  # ClientApp: @app.query(HANDSHAKE_ACTION)
+HANDSHAKE = f"query.{HANDSHAKE_ACTION}"
+# Sent to a node the server will not use (partition clash, partition out of range), with the
+# reason under REASON; the ClientApp logs TURNED_AWAY_LOG + reason, which fl-client watches for.
+TURN_AWAY_ACTION = "turn_away"
+TURN_AWAY = f"query.{TURN_AWAY_ACTION}"
+REASON = "reason"
+TURNED_AWAY_LOG = "fl_system: turned away by the server:"
 
 
 def wire_bytes(message: Message) -> int:

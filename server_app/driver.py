@@ -17,7 +17,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import protocol
+from fl_system import protocol, run_log
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.experiment import build, build_model, config_to_json, load_dataset
@@ -71,7 +71,7 @@ class RoundDriver:
         """All rounds; on failure, the reason goes to the run directory before raising."""
         try:
             return self._run()
-        except RunFailed as err:
+        except (RunFailed, TimeoutError) as err:
             saved = self.metrics.rows()
             hint = (
                 f"; rounds up to {saved[-1]['round']} are saved (resume=true continues)"
@@ -79,6 +79,7 @@ class RoundDriver:
                 else ""
             )
             self.paths.failure.write_text(f"{err}{hint}\n")
+            run_log.say(run_log.failed_line(f"{err}{hint}"))
             raise
 
     def _run(self) -> dict:
@@ -95,7 +96,7 @@ class RoundDriver:
         self.nodes.wait_for(
             cfg.num_clients if cfg.clients_per_round is None else cfg.clients_per_round,
             cfg.round_timeout,
-            say=_say,
+            say=run_log.say,
         )
         last_eval: tuple[float, float] | None = None
         for rnd in range(start_round, cfg.num_rounds + 1):
@@ -109,10 +110,18 @@ class RoundDriver:
             row["wall_seconds"] = round(elapsed, 3)
             self.metrics.append(row)
             self._save(rnd, arrays, elapsed)
-            _say(_progress_line(rnd, cfg.num_rounds, row, time.monotonic() - t0, last_eval))
+            run_log.say(
+                run_log.round_line(
+                    rnd,
+                    cfg.num_rounds,
+                    last_eval[0] if last_eval else None,
+                    row.get("train_loss", float("nan")),
+                    time.monotonic() - t0,
+                )
+            )
             target = cfg.target_accuracy
             if target is not None and row.get("test_accuracy", -1.0) >= target:
-                _say(f"target accuracy {target} reached at round {rnd}: stopping")
+                run_log.say(f"target accuracy {target} reached at round {rnd}: stopping")
                 break
         return self._finish()
 
@@ -159,7 +168,7 @@ class RoundDriver:
             raise RunFailed("checkpoint model layers do not match the configured model")
         self.strategy.load_state_dict(ckpt.strategy_state)
         self.metrics.truncate_after(ckpt.round)
-        _say(f"resuming after round {ckpt.round} from {self.paths.checkpoint}")
+        run_log.say(f"resuming after round {ckpt.round} from {self.paths.checkpoint}")
         restored = ArrayRecord({k: Array(v) for k, v in ckpt.model.items()})
         return restored, ckpt.round + 1, ckpt.elapsed_seconds
 
@@ -184,7 +193,8 @@ class RoundDriver:
             self.paths.curve,
             title=f"{self.cfg.algorithm.name} on {self.cfg.dataset.name}",
         )
-        _say(
+        run_log.say(run_log.summary_line(summary))
+        run_log.say(
             f"done: final accuracy {summary['final_accuracy']}, best {summary['best_accuracy']}, "
             f"{summary['rounds']} rounds, run directory {self.paths.root}"
         )
@@ -206,18 +216,3 @@ def _plain(cfg: DictConfig) -> dict:
     out = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(out, dict)
     return out
-
-
-def _say(text: str) -> None:
-    print(f"[fl_system] {text}", flush=True)
-
-
-def _progress_line(
-    rnd: int, total: int, row: dict, seconds: float, last_eval: tuple[float, float] | None
-) -> str:
-    acc = f"acc {last_eval[0]:.4f}" if last_eval else "acc -"
-    eta = seconds * (total - rnd)
-    return (
-        f"round {rnd}/{total} | {acc} | train loss {row.get('train_loss', float('nan')):.4f} | "
-        f"{seconds:.1f} s/round | ETA {eta:.0f} s"
-    )

@@ -20,6 +20,7 @@ from server_app.exchange import exchange
 log = logging.getLogger(__name__)
 
 PROBE_SECONDS = 15.0  # how long a partition's holder has to prove it is alive
+NOTICE_SECONDS = 10.0  # how long to wait for a turned-away node to take note
 
 
 class NodeRegistry:
@@ -90,20 +91,19 @@ class NodeRegistry:
             metrics = reply.content.metric_records[protocol.METRICS]
             pid = int(metrics[protocol.PARTITION_ID])
             if not 0 <= pid < self._num_partitions:
-                log.error(
-                    "node %d reports partition-id %d, outside 0..%d: ignored",
-                    node, pid, self._num_partitions - 1,
-                )  # fmt: skip
-                self._rejected.add(node)
+                self._turn_away(
+                    node,
+                    f"partition-id {pid} is outside 0..{self._num_partitions - 1} "
+                    f"(this run has num_clients={self._num_partitions})",
+                )
                 continue
             holder = next((n for n, p in self.partition_of.items() if p == pid), None)
             if holder is not None and self._answers(holder):
-                log.error(
-                    "node %d reports partition-id %d, already held by live node %d: ignored "
+                self._turn_away(
+                    node,
+                    f"partition-id {pid} is already held by live node {holder} "
                     "(each SuperNode needs its own partition-id)",
-                    node, pid, holder,
-                )  # fmt: skip
-                self._rejected.add(node)
+                )
                 continue
             if holder is not None:
                 log.warning("partition %d moves from silent node %d to node %d", pid, holder, node)
@@ -111,6 +111,17 @@ class NodeRegistry:
             self.partition_of[node] = pid
             if self._on_join is not None:
                 self._on_join(pid, metrics)
+
+    def _turn_away(self, node: int, reason: str) -> None:
+        """Leave the node out of this run and tell it why (its operator sees the reason)."""
+        log.error("node %d turned away: %s", node, reason)
+        self._rejected.add(node)
+        notice = Message(
+            content=RecordDict({protocol.CONFIG: ConfigRecord({protocol.REASON: reason})}),
+            dst_node_id=node,
+            message_type=protocol.TURN_AWAY,
+        )
+        exchange(self._grid, [notice], timeout=NOTICE_SECONDS)
 
     def _answers(self, node_id: int) -> bool:
         """Whether a node still replies: a restarted SuperNode's old id lingers until its

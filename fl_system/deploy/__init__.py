@@ -1,0 +1,1 @@
+"""Commands for federations across machines: fl-certs, fl-server, fl-client."""

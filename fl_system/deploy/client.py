@@ -1,0 +1,194 @@
+"""`fl-client`: one SuperNode (one client) on a machine of its own.
+
+Checks everything it can before Flower starts (partition id in range, files present,
+server reachable within --connect-timeout with a countdown, the server's TLS certificate
+verified against the CA, the authentication key readable), then runs `flower-supernode`
+in the foreground, echoing its output. If the server turns this node away (its key is not
+registered, or another node holds its partition id) it stops with that reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fl_system import protocol
+from fl_system.deploy.checks import (
+    DeployError,
+    check_auth_key,
+    check_tls,
+    echo,
+    is_loopback,
+    require_file,
+    split_address,
+    start_piped,
+    wait_reachable,
+)
+from fl_system.launch.processes import free_port, tool_env
+
+# Lines of flower-supernode's output that mean this node will never take part.
+FATAL_OUTPUT = {
+    protocol.TURNED_AWAY_LOG: None,  # our ClientApp's own line carries the reason
+    "Failed to activate SuperNode": "the SuperLink refused this SuperNode: its --auth-key is "
+    "not registered there (fl-server --authorized-keys DIR registers the .pub files)",
+}
+
+
+def say(text: str) -> None:
+    print(f"fl-client: {text}", flush=True)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fl-client", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", required=True, help="the SuperLink's Fleet API, HOST:9092")
+    parser.add_argument("--partition-id", type=int, required=True, help="this client's partition")
+    parser.add_argument("--num-partitions", type=int, help="how many partitions the data has")
+    parser.add_argument(
+        "--data-dir", type=Path, help="this client's own data (instead of a partition of a source)"
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--root-certificates", type=Path, help="the federation's ca.crt")
+    parser.add_argument("--auth-key", type=Path, help="this SuperNode's private key (fl-certs)")
+    parser.add_argument(
+        "--insecure", action="store_true", help="plain text, no TLS: trusted networks only"
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to keep trying to reach the server (also after a lost connection)",
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, help="where client state survives restarts (default: per user)"
+    )
+    return parser.parse_args(argv)
+
+
+def node_config(args: argparse.Namespace) -> str:
+    """Flower's --node-config string: who this client is (everything else comes from the run)."""
+    if args.partition_id < 0:
+        raise DeployError(f"--partition-id must be >= 0, got {args.partition_id}")
+    if args.num_partitions is None and args.data_dir is None:
+        raise DeployError("give --num-partitions N (a partition of a dataset) or --data-dir DIR")
+    pairs = {"partition-id": args.partition_id}
+    if args.num_partitions is not None:
+        if args.num_partitions < 1:
+            raise DeployError(f"--num-partitions must be >= 1, got {args.num_partitions}")
+        if args.partition_id >= args.num_partitions:
+            raise DeployError(
+                f"--partition-id {args.partition_id} is out of range for --num-partitions "
+                f"{args.num_partitions} (valid: 0..{args.num_partitions - 1})"
+            )
+        pairs["num-partitions"] = args.num_partitions
+    text = " ".join(f"{k}={v}" for k, v in pairs.items())
+    if args.data_dir is not None:
+        if not args.data_dir.is_dir():
+            raise DeployError(f"--data-dir: no directory at {args.data_dir}")
+        text += f' data-dir="{args.data_dir.resolve()}"'
+    if args.device != "auto":
+        text += f' device="{args.device}"'
+    if args.state_dir is not None:
+        text += f' state-dir="{args.state_dir.resolve()}"'
+    return text
+
+
+def supernode_command(args: argparse.Namespace, config: str) -> list[str]:
+    cmd = [
+        "flower-supernode",
+        "--superlink",
+        args.server,
+        "--node-config",
+        config,
+        "--max-wait-time",
+        str(args.connect_timeout),
+        "--port",
+        str(free_port()),  # the local ClientApp API: several clients may share a machine
+    ]
+    if args.insecure:
+        cmd.append("--insecure")
+    else:
+        cmd += ["--root-certificates", str(args.root_certificates.resolve())]
+    if args.auth_key is not None:
+        cmd += ["--auth-supernode-private-key", str(args.auth_key.resolve())]
+    return cmd
+
+
+def check(args: argparse.Namespace) -> str:
+    """Every check that can fail before Flower starts; returns the node config."""
+    host, port = split_address(args.server, "--server")
+    config = node_config(args)
+    if args.connect_timeout <= 0:
+        raise DeployError(f"--connect-timeout must be > 0, got {args.connect_timeout}")
+    if args.insecure and args.root_certificates:
+        raise DeployError("--insecure and --root-certificates contradict each other")
+    if not args.insecure and args.root_certificates is None:
+        raise DeployError(
+            "TLS needs --root-certificates CA.crt (the federation's ca.crt); pass --insecure "
+            "for plain text on a trusted network"
+        )
+    if args.root_certificates is not None:
+        require_file(args.root_certificates, "--root-certificates")
+    if args.auth_key is not None:
+        check_auth_key(args.auth_key)
+    if args.insecure and not is_loopback(host):
+        say(f"WARNING: plain text to {args.server}: model updates cross the network unencrypted")
+    wait_reachable(host, port, args.connect_timeout, say=say)
+    if not args.insecure:
+        check_tls(host, port, args.root_certificates)
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    config = check(args)
+    env = tool_env()
+    # its own session: we stop its whole tree (ClientApp processes) ourselves
+    proc = start_piped(supernode_command(args, config), env, own_session=True)
+    signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
+    say(f"SuperNode for partition {args.partition_id} started, server {args.server}")
+    try:
+        assert proc.stdout is not None
+        for line in echo(proc.stdout):
+            reason = _fatal(line)
+            if reason is not None:
+                _stop(proc)
+                raise DeployError(reason)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc)
+        return 130
+    if code != 0:
+        print(f"fl-client: error: flower-supernode exited with code {code} (output above)")
+    return 1 if code else 0
+
+
+def _fatal(line: str) -> str | None:
+    for marker, reason in FATAL_OUTPUT.items():
+        if marker in line:
+            return reason or line.split(marker, 1)[1].strip(" :")
+    return None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except DeployError as err:
+        print(f"fl-client: error: {err}", file=sys.stderr, flush=True)
+        return 2

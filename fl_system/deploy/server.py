@@ -1,0 +1,237 @@
+"""`fl-server`: a SuperLink with this project's defaults, for a machine of its own.
+
+Fleet API (SuperNodes) on 0.0.0.0:9092 and Control API (`fl-run runtime=remote`) on
+0.0.0.0:9093, state in a database under --state-dir (so a restarted SuperLink keeps its
+registered nodes), no runtime dependency installation, TLS from an `fl-certs` directory, and
+SuperNode authentication with the public keys given by --authorized-keys, registered as
+soon as the SuperLink is up. Plain text needs --insecure and prints a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+
+from fl_system.deploy.certs import CA_CERT, SERVER_CERT, SERVER_KEY
+from fl_system.deploy.checks import (
+    DeployError,
+    check_signed_by,
+    check_validity,
+    echo,
+    is_loopback,
+    load_cert,
+    require_file,
+    split_address,
+    start_piped,
+)
+from fl_system.launch.processes import free_port, port_open, tool_env
+from fl_system.launch.submit import Connection, write_flwr_home
+
+DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
+STARTUP_SECONDS = 60.0
+
+
+def say(text: str) -> None:
+    print(f"fl-server: {text}", flush=True)
+
+
+def tls_files(certs: Path) -> tuple[Path, Path, Path]:
+    """(ca.crt, server.crt, server.key) of an fl-certs directory, checked."""
+    ca_path, cert_path, key_path = certs / CA_CERT, certs / SERVER_CERT, certs / SERVER_KEY
+    ca, cert = load_cert(ca_path, "--certs"), load_cert(cert_path, "--certs")
+    require_file(key_path, "--certs")
+    check_validity(ca, ca_path)
+    check_validity(cert, cert_path)
+    check_signed_by(cert, ca, cert_path, ca_path)
+    return ca_path, cert_path, key_path
+
+
+def public_keys(paths: Sequence[Path]) -> list[Path]:
+    """Every *.pub in the given directories, plus the files given directly."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(path.glob("*.pub"))
+        else:
+            found.append(require_file(path, "--authorized-keys"))
+    if paths and not found:
+        raise DeployError(f"--authorized-keys: no *.pub file in {', '.join(map(str, paths))}")
+    return found
+
+
+def superlink_command(args: argparse.Namespace, tls: tuple[Path, Path, Path] | None) -> list[str]:
+    cmd = [
+        "flower-superlink",
+        "--fleet-api-address",
+        args.fleet_address,
+        "--control-api-address",
+        args.control_address,
+        "--database",
+        str(args.state_dir / "superlink.db"),
+        "--disable-runtime-dependency-installation",
+        "--port",  # the SuperLink's internal runtime API, on loopback: any free port
+        str(free_port()),
+    ]
+    if tls is None:
+        cmd.append("--insecure")
+    else:
+        ca, cert, key = tls
+        cmd += ["--ssl-ca-certfile", str(ca), "--ssl-certfile", str(cert)]
+        cmd += ["--ssl-keyfile", str(key)]
+    if args.authorized_keys:
+        cmd.append("--enable-supernode-auth")
+    return cmd
+
+
+def register_keys(
+    keys: Sequence[Path], control_port: int, ca: Path | None, env: dict[str, str]
+) -> None:
+    """`flwr supernode register` for each key, through the local Control API."""
+    home = Path(tempfile.mkdtemp(prefix="fl-server-flwr-"))
+    try:
+        write_flwr_home(
+            home, Connection(f"127.0.0.1:{control_port}", ca is None, str(ca) if ca else None)
+        )
+        for key in keys:
+            done = subprocess.run(
+                ["flwr", "supernode", "register", str(key), "fl-system"],
+                env={**env, "FLWR_HOME": str(home)},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            output = (done.stdout + done.stderr).strip()
+            if done.returncode == 0:
+                say(f"registered SuperNode key {key.name}")
+            elif "already" in output.lower():
+                say(f"SuperNode key {key.name} was registered before")
+            else:
+                raise DeployError(f"registering {key} failed: {output.splitlines()[-1:]}")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fl-server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fleet-address", default="0.0.0.0:9092", help="SuperNodes connect here")
+    parser.add_argument(
+        "--control-address", default="0.0.0.0:9093", help="fl-run runtime=remote submits here"
+    )
+    parser.add_argument(
+        "--certs", type=Path, help="an fl-certs directory: ca.crt, server.crt, server.key"
+    )
+    parser.add_argument(
+        "--authorized-keys",
+        type=Path,
+        action="append",
+        default=[],
+        help="SuperNode public keys (a .pub file, or a directory of them; repeatable): "
+        "turns SuperNode authentication on",
+    )
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument(
+        "--insecure", action="store_true", help="plain text, no TLS: trusted networks only"
+    )
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    fleet_host, fleet_port = split_address(args.fleet_address, "--fleet-address")
+    _, control_port = split_address(args.control_address, "--control-address")
+    if args.insecure and args.certs:
+        raise DeployError("--insecure and --certs contradict each other; choose one")
+    if not args.insecure and not args.certs:
+        raise DeployError(
+            "TLS needs --certs DIR (make it with: fl-certs DIR --server-name HOST "
+            "--supernodes N); pass --insecure for plain text on a trusted network"
+        )
+    if args.insecure and args.authorized_keys:
+        raise DeployError("SuperNode authentication (--authorized-keys) needs TLS (--certs)")
+    tls = tls_files(args.certs) if args.certs else None
+    keys = public_keys(args.authorized_keys)
+    if args.insecure and not is_loopback(fleet_host):
+        say(
+            f"WARNING: plain text on {args.fleet_address}: model updates cross the network "
+            "unencrypted and any machine can join"
+        )
+    for port in (fleet_port, control_port):
+        if port_open("127.0.0.1", port):
+            raise DeployError(f"port {port} is already in use on this machine")
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+
+    env = tool_env({"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "1"})  # Flower's default: a server idles
+    proc = start_piped(superlink_command(args, tls), env)
+    assert proc.stdout is not None
+    output = threading.Thread(target=lambda: deque(echo(proc.stdout), maxlen=0), daemon=True)
+    output.start()
+    stop = _forward_stop_signals(proc)
+    try:
+        _wait_ports(proc, [fleet_port, control_port])
+        if keys:
+            register_keys(keys, control_port, tls[0] if tls else None, env)
+        say(
+            f"SuperLink ready: Fleet API {args.fleet_address}, Control API "
+            f"{args.control_address}, {'TLS' if tls else 'PLAIN TEXT'}"
+            + (f", {len(keys)} SuperNode keys authorised" if keys else "")
+        )
+        code = proc.wait()
+        output.join(timeout=5)
+        return code
+    except BaseException:
+        stop()
+        raise
+
+
+def _wait_ports(proc: subprocess.Popen, ports: list[int]) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while not all(port_open("127.0.0.1", p) for p in ports):
+        if proc.poll() is not None:
+            raise DeployError(f"flower-superlink exited with code {proc.returncode} at start-up")
+        if time.monotonic() > deadline:
+            raise DeployError(f"the SuperLink did not open ports {ports} in {STARTUP_SECONDS} s")
+        time.sleep(0.2)
+
+
+def _forward_stop_signals(proc: subprocess.Popen):
+    """SIGTERM/SIGINT reach the SuperLink as SIGINT (a SuperLink ignores SIGTERM); the main
+    thread's `proc.wait()` then returns. The returned function stops it from anywhere else."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    return stop
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except DeployError as err:
+        print(f"fl-server: error: {err}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

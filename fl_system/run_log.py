@@ -1,0 +1,72 @@
+"""The ServerApp's log lines that the launching process reads: progress, summary, failure.
+
+The ServerApp may run on another machine (runtime=remote): what reaches `fl-run` for sure
+is its log, streamed by `flwr run --stream` into the local `logs/serverapp.log`. So the
+round driver writes these lines and `fl_system.progress` reads them, whatever the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+PREFIX = "[fl_system] "
+_ROUND = re.compile(r"\[fl_system\] round (\d+)/(\d+) \| acc ([0-9.]+|-) ")
+_SUMMARY = "summary "
+_FAILED = "failed: "
+
+
+def say(text: str) -> None:
+    print(PREFIX + text, flush=True)
+
+
+def round_line(
+    rnd: int, total: int, accuracy: float | None, train_loss: float, seconds: float
+) -> str:
+    acc = "-" if accuracy is None else f"{accuracy:.4f}"
+    return (
+        f"round {rnd}/{total} | acc {acc} | train loss {train_loss:.4f} | "
+        f"{seconds:.1f} s/round | ETA {seconds * (total - rnd):.0f} s"
+    )
+
+
+def summary_line(summary: dict) -> str:
+    return _SUMMARY + json.dumps(summary, sort_keys=True, default=str)
+
+
+def failed_line(reason: str) -> str:
+    return _FAILED + reason
+
+
+@dataclass
+class RunLog:
+    """What the lines read so far say."""
+
+    round: int = 0
+    accuracy: float | None = None
+    summary: dict | None = None
+    failure: str | None = None
+    _partial: str = field(default="", repr=False)
+
+    def feed(self, text: str) -> None:
+        """Take more of the log (any chunk; a line cut in half waits for its end)."""
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line.rstrip("\r"))
+
+    def _line(self, line: str) -> None:
+        at = line.find(PREFIX)
+        if at < 0:
+            return
+        line = line[at:]
+        body = line[len(PREFIX) :]
+        if (found := _ROUND.match(line)) is not None:
+            self.round = int(found.group(1))
+            if found.group(3) != "-":
+                self.accuracy = float(found.group(3))
+        elif body.startswith(_SUMMARY):
+            self.summary = json.loads(body[len(_SUMMARY) :])
+        elif body.startswith(_FAILED):
+            self.failure = body[len(_FAILED) :]

@@ -1,0 +1,99 @@
+"""NodeRegistry on a scripted grid: who holds which partition, and who is turned away."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import pytest
+from flwr.app import Message, MetricRecord, RecordDict
+
+from fl_system import protocol
+from server_app import nodes
+from server_app.nodes import NodeRegistry
+
+
+class ScriptedGrid:
+    """Answers every pushed message at once with `answer(message)`, as nodes would."""
+
+    def __init__(self, node_ids: set[int], answer: Callable[[Message], Message | None]) -> None:
+        self.node_ids = node_ids
+        self.answer = answer
+        self.sent: list[Message] = []
+        self._replies: dict[str, Message] = {}
+
+    def get_node_ids(self) -> set[int]:
+        return set(self.node_ids)
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        ids = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = f"m{len(self.sent)}"  # as the SuperLink does
+            self.sent.append(msg)
+            reply = self.answer(msg)
+            if reply is not None:
+                self._replies[msg.metadata.message_id] = reply
+            ids.append(msg.metadata.message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+
+
+def nodes_claiming(partition_of: dict[int, int]) -> Callable[[Message], Message | None]:
+    def answer(msg: Message) -> Message | None:
+        node = msg.metadata.dst_node_id
+        if msg.metadata.message_type == protocol.HANDSHAKE:
+            metrics = MetricRecord({protocol.PARTITION_ID: partition_of[node]})
+            return Message(RecordDict({protocol.METRICS: metrics}), reply_to=msg)
+        return Message(RecordDict(), reply_to=msg)  # probes and notices
+
+    return answer
+
+
+def _notices(grid: ScriptedGrid) -> dict[int, str]:
+    return {
+        m.metadata.dst_node_id: str(m.content.config_records[protocol.CONFIG][protocol.REASON])
+        for m in grid.sent
+        if m.metadata.message_type == protocol.TURN_AWAY
+    }
+
+
+def test_a_second_node_with_a_held_partition_is_turned_away_and_told_why() -> None:
+    grid = ScriptedGrid({11, 22, 33}, nodes_claiming({11: 0, 22: 1, 33: 1}))
+    registry = NodeRegistry(grid, "{}", num_partitions=3)
+    assert registry.refresh(timeout=5) == {11: 0, 22: 1}
+    assert _notices(grid) == {
+        33: "partition-id 1 is already held by live node 22 (each SuperNode needs its own "
+        "partition-id)"
+    }
+    # a turned-away node is not asked again
+    sent = len(grid.sent)
+    assert registry.refresh(timeout=5) == {11: 0, 22: 1}
+    assert len(grid.sent) == sent
+
+
+def test_a_partition_outside_the_run_is_turned_away() -> None:
+    grid = ScriptedGrid({11, 22}, nodes_claiming({11: 0, 22: 7}))
+    registry = NodeRegistry(grid, "{}", num_partitions=2)
+    assert registry.refresh(timeout=5) == {11: 0}
+    assert _notices(grid) == {22: "partition-id 7 is outside 0..1 (this run has num_clients=2)"}
+
+
+def test_a_silent_holder_loses_its_partition_to_a_restarted_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(nodes, "PROBE_SECONDS", 0.05)
+    alive = {11, 22}
+    claims = {11: 0, 22: 1, 44: 1}  # 44: node 22 restarted with a new id
+
+    def answer(msg: Message) -> Message | None:
+        if msg.metadata.dst_node_id not in alive:
+            return None  # a dead node never replies
+        return nodes_claiming(claims)(msg)
+
+    grid = ScriptedGrid({11, 22}, answer)
+    registry = NodeRegistry(grid, "{}", num_partitions=2)
+    assert registry.refresh(timeout=5) == {11: 0, 22: 1}
+    alive, grid.node_ids = {11, 44}, {11, 22, 44}  # 22's id lingers until its heartbeat expires
+    assert registry.refresh(timeout=5) == {11: 0, 44: 1}
+    assert _notices(grid) == {}

@@ -1,0 +1,61 @@
+"""fl-run follows a run through the ServerApp's log, wherever the ServerApp runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from fl_system import run_log
+from fl_system.launch import LaunchError
+from fl_system.launch.processes import ProcessGroup, tool_env
+from fl_system.progress import follow_run
+from fl_system.run_dir import RunPaths
+
+CFG = OmegaConf.create({"num_rounds": 2, "algorithm": {"name": "x"}, "dataset": {"name": "y"}})
+
+
+def _follow(tmp_path: Path, lines: list[str]) -> RunPaths:
+    """A stand-in ServerApp that only prints `lines`, as `flwr run --stream` would relay."""
+    paths = RunPaths(tmp_path / "run")
+    script = "".join(f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines)
+    procs = ProcessGroup()
+    try:
+        main = procs.start(
+            "serverapp", [sys.executable, "-c", script], paths.logs / "serverapp.log", tool_env()
+        )
+        follow_run(CFG, paths, main, procs, poll=0.05)
+    finally:
+        procs.stop()
+    return paths
+
+
+def test_a_summary_known_only_from_the_log_lands_in_the_local_run_directory(
+    tmp_path: Path,
+) -> None:
+    summary = {"final_accuracy": 0.75, "best_accuracy": 0.8, "rounds": 2}
+    paths = _follow(
+        tmp_path,
+        [
+            run_log.round_line(1, 2, 0.8, 1.0, 1.0),
+            run_log.round_line(2, 2, 0.75, 0.9, 1.0),
+            run_log.summary_line(summary),
+        ],
+    )
+    assert json.loads(paths.summary.read_text()) == summary
+
+
+def test_the_reported_failure_is_the_error(tmp_path: Path) -> None:
+    reason = "round 1: 0 usable replies of 2 sent (nodes 1, 2: client error: boom)"
+    with pytest.raises(LaunchError) as err:
+        _follow(tmp_path, [run_log.failed_line(reason)])
+    assert str(err.value) == reason
+
+
+def test_no_summary_and_no_failure_shows_the_log_tail(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError, match="ended without a summary") as err:
+        _follow(tmp_path, ["something else"])
+    assert "something else" in str(err.value)

@@ -1,0 +1,32 @@
+"""The ServerApp's log lines, written by the driver and read back by fl-run."""
+
+from __future__ import annotations
+
+import math
+
+from fl_system import run_log
+from fl_system.run_log import RunLog
+
+
+def test_round_lines_give_progress_and_the_latest_accuracy() -> None:
+    log = RunLog()
+    log.feed("INFO :      starting\n[fl_system] " + run_log.round_line(1, 5, 0.51234, 1.5, 2.0))
+    assert log.round == 0  # the line has no end yet
+    log.feed("\n[fl_system] " + run_log.round_line(2, 5, None, 1.2, 2.0) + "\n")
+    assert (log.round, log.accuracy) == (2, 0.5123)  # round 2 was not evaluated
+    assert log.summary is None and log.failure is None
+
+
+def test_summary_and_failure_lines_round_trip_through_a_prefixed_stream() -> None:
+    summary = {"final_accuracy": 0.8083, "rounds": 2, "best_round": 2, "target": math.nan}
+    log = RunLog()
+    log.feed(f"INFO :      [fl_system] {run_log.summary_line(summary)}\r\n")
+    assert log.summary["final_accuracy"] == 0.8083 and math.isnan(log.summary["target"])
+    log.feed("[fl_system] " + run_log.failed_line("round 3: 0 usable replies of 2 sent") + "\n")
+    assert log.failure == "round 3: 0 usable replies of 2 sent"
+
+
+def test_other_lines_change_nothing() -> None:
+    log = RunLog()
+    log.feed("round 3/5 | acc 0.9 | not ours\n[fl_system] resuming after round 2\n")
+    assert log == RunLog()
