@@ -34,6 +34,8 @@ from fl_system.launch.processes import free_port, tool_env
 # Lines of flower-supernode's output that mean this node will never take part.
 FATAL_OUTPUT = {
     protocol.TURNED_AWAY_LOG: None,  # our ClientApp's own line carries the reason
+    "SSL/TLS handshake error detected": "the TLS handshake with the SuperLink failed: is "
+    "--root-certificates the federation's ca.crt, and the server's certificate still valid?",
     "Failed to activate SuperNode": "the SuperLink refused this SuperNode: its --auth-key is "
     "not registered there (fl-server --authorized-keys DIR registers the .pub files)",
 }

@@ -1,0 +1,245 @@
+"""A federation across "machines": fl-server and fl-client in separate network namespaces,
+TLS and SuperNode authentication on, a run submitted with `fl-run runtime=remote`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fl_system.deploy import certs
+from fl_system.launch.processes import ProcessGroup, alive
+from fl_system.results import MetricsLog
+from tests.e2e.netns import Host, hosts, unavailable
+
+WHY_NOT = unavailable()
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))]
+
+BIN = Path(sys.executable).parent
+FLEET, CONTROL = 9092, 9093
+
+
+@dataclass
+class Federation:
+    lan: dict[str, Host]
+    certs: Path
+    stranger: Path  # material of another federation: its CA and a key nobody registered
+    work: Path
+    env: dict[str, str]
+    procs: ProcessGroup
+
+    @property
+    def server(self) -> str:
+        return f"{self.lan['server'].address}:{FLEET}"
+
+    def client(self, host: str, partition: int, *extra: str, key: Path | None = None):
+        """fl-client in `host`'s namespace, in the background; its output goes to a log."""
+        key = key or self.certs / certs.supernode_key_names(partition)[0]
+        log = self.work / f"{host}-{partition}-{len(self.procs.procs)}.log"
+        cmd = [
+            str(BIN / "fl-client"),
+            "--server",
+            self.server,
+            "--partition-id",
+            str(partition),
+            "--num-partitions",
+            "2",
+            "--root-certificates",
+            str(self.certs / certs.CA_CERT),
+            "--auth-key",
+            str(key),
+            *extra,
+        ]
+        proc = self.procs.start(f"client {host}", self.lan[host].command(cmd), log, self.env)
+        return proc, log
+
+    def run_in(self, host: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.lan[host].command(argv),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _wait_for_text(log: Path, text: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    work = tmp_path_factory.mktemp("hosts")
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["FL_CACHE_DIR"] = str(work / "node-cache")
+    env["FL_STATE_DIR"] = str(work / "client-state")
+    procs = ProcessGroup()
+    with hosts(["server", "client-a", "client-b", "client-c"]) as lan:
+        material, stranger = work / "certs", work / "stranger"
+        certs.generate(material, server_names=[], server_ips=[lan["server"].address], supernodes=3)
+        certs.generate(stranger, server_names=["elsewhere"], supernodes=1)
+        fed = Federation(lan, material, stranger, work, env, procs)
+        try:
+            server_log = work / "server.log"
+            procs.start(
+                "fl-server",
+                lan["server"].command(
+                    [
+                        str(BIN / "fl-server"),
+                        "--certs",
+                        str(material),
+                        "--authorized-keys",
+                        str(material),
+                        "--state-dir",
+                        str(work / "superlink-state"),
+                    ]
+                ),
+                server_log,
+                env,
+            )
+            assert _wait_for_text(server_log, "SuperLink ready", 90), server_log.read_text()
+            yield fed
+        finally:
+            procs.stop()
+            assert [p.pid for _, p in procs.procs if alive(p.pid)] == []
+
+
+def test_a_client_with_an_unregistered_key_is_rejected(federation: Federation) -> None:
+    proc, log = federation.client("client-c", 1, key=federation.stranger / "supernode-0.key")
+    assert proc.wait(timeout=120) == 2
+    assert "fl-client: error: the SuperLink refused this SuperNode: its --auth-key is not " in (
+        log.read_text()
+    )
+
+
+def test_a_client_without_the_federations_ca_cannot_connect(federation: Federation) -> None:
+    # fl-client checks the server's certificate first and says what is wrong
+    ours = federation.run_in(
+        "client-c",
+        [
+            str(BIN / "fl-client"),
+            "--server",
+            federation.server,
+            "--partition-id",
+            "1",
+            "--num-partitions",
+            "2",
+            "--root-certificates",
+            str(federation.stranger / certs.CA_CERT),
+        ],
+        timeout=60,
+    )
+    assert ours.returncode == 2
+    assert "is not signed by" in ours.stderr and "wrong CA certificate?" in ours.stderr
+    # and Flower's own SuperNode, given the wrong CA, fails the handshake (and then lingers,
+    # which is why fl-client watches for it)
+    log = federation.work / "flower-supernode-wrong-ca.log"
+    flower = federation.procs.start(
+        "flower-supernode, wrong CA",
+        federation.lan["client-c"].command(
+            [
+                str(BIN / "flower-supernode"),
+                "--superlink",
+                federation.server,
+                "--root-certificates",
+                str(federation.stranger / certs.CA_CERT),
+                "--auth-supernode-private-key",
+                str(federation.certs / "supernode-1.key"),
+                "--node-config",
+                "partition-id=1 num-partitions=2",
+                "--max-retries",
+                "2",
+                "--max-wait-time",
+                "20",
+            ]
+        ),
+        log,
+        federation.env,
+    )
+    assert _wait_for_text(log, "CERTIFICATE_VERIFY_FAILED", 90), log.read_text()
+    assert "SSL/TLS handshake error detected" in log.read_text()
+    os.killpg(flower.pid, signal.SIGKILL)  # its own session: the lingering SuperExec too
+    flower.wait(timeout=30)
+
+
+def test_a_wrong_server_address_gives_up_with_a_countdown(federation: Federation) -> None:
+    result = federation.run_in(
+        "client-c",
+        [
+            str(BIN / "fl-client"),
+            "--server",
+            "10.77.0.99:9092",
+            "--partition-id",
+            "0",
+            "--num-partitions",
+            "2",
+            "--root-certificates",
+            str(federation.certs / certs.CA_CERT),
+            "--connect-timeout",
+            "6",
+        ],
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "fl-client: waiting for 10.77.0.99:9092" in result.stdout
+    assert "giving up in" in result.stdout
+    assert "fl-client: error: cannot reach 10.77.0.99:9092 after 6 s" in result.stderr
+
+
+def test_two_rounds_over_tls_with_authentication(federation: Federation) -> None:
+    """Two registered clients on two hosts, plus a third claiming a partition already
+    taken: the run completes with two partitions and one of the claimants is told why."""
+    a, a_log = federation.client("client-a", 0)
+    _, b_log = federation.client("client-b", 1)
+    dup, dup_log = federation.client("client-c", 0, key=federation.certs / "supernode-2.key")
+    for log in (a_log, b_log, dup_log):
+        assert _wait_for_text(log, "SuperNode for partition", 60), log.read_text()
+    run_dir = federation.work / "run"
+    submit = federation.run_in(
+        "server",
+        [
+            str(BIN / "fl-run"),
+            "runtime=remote",
+            f"runtime.address={federation.lan['server'].address}:{CONTROL}",
+            f"runtime.root_certificates={federation.certs / certs.CA_CERT}",
+            "dataset=digits",
+            "model=mlp",
+            "num_clients=2",
+            "num_rounds=2",
+            "train.batch_size=64",
+            f"hydra.run.dir={run_dir}",
+        ],
+        timeout=400,
+    )
+    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+    assert "final accuracy" in submit.stdout
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [r["round"] for r in rows] == ["1", "2"]
+    assert all(r["participants"] == "2" for r in rows)
+    for name in ("summary.json", "checkpoint.npz", "curve.png", "config.yaml"):
+        assert (run_dir / name).is_file(), name
+
+    # partition 0 went to whichever claimant answered first; the other one was turned away
+    turned_away = [
+        (proc, log)
+        for proc, log in ((a, a_log), (dup, dup_log))
+        if "partition-id 0 is already held by live node" in log.read_text(errors="replace")
+    ]
+    assert len(turned_away) == 1, a_log.read_text()[-2000:] + dup_log.read_text()[-2000:]
+    proc, log = turned_away[0]
+    assert proc.wait(timeout=60) == 2
+    assert "fl-client: error: partition-id 0 is already held by live node" in log.read_text()
