@@ -1,0 +1,175 @@
+"""Deployment checks against a real TLS listener: each mistake gets its own sentence."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from fl_system.deploy import certs, client, server
+from fl_system.deploy.checks import DeployError, check_tls, split_address, wait_reachable
+
+
+def _material(root: Path, *, names=("localhost",), expired: bool = False) -> Path:
+    """An fl-certs directory; `expired` re-signs the server certificate in the past."""
+    certs.generate(root, server_names=list(names), supernodes=1)
+    if expired:
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+        from cryptography.x509 import load_pem_x509_certificate
+
+        ca_key = load_pem_private_key((root / certs.CA_KEY).read_bytes(), None)
+        ca = load_pem_x509_certificate((root / certs.CA_CERT).read_bytes())
+        now = dt.datetime.now(dt.UTC)
+        key, cert = certs.make_server_cert(
+            ca_key,
+            ca,
+            list(names),
+            [],
+            not_before=now - dt.timedelta(days=30),
+            not_after=now - dt.timedelta(days=1),
+        )
+        (root / certs.SERVER_CERT).write_bytes(certs.pem_cert(cert))
+        (root / certs.SERVER_KEY).write_bytes(certs.pem_key(key))
+    return root
+
+
+@contextmanager
+def tls_listener(material: Path | None, host: str = "127.0.0.1") -> Iterator[int]:
+    """A TCP listener on loopback that completes TLS handshakes (plain text if None)."""
+    sock = socket.create_server((host, 0))
+    port = sock.getsockname()[1]
+    context = None
+    if material is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(material / certs.SERVER_CERT, material / certs.SERVER_KEY)
+        context.set_alpn_protocols(["h2"])
+    stop = threading.Event()
+
+    def serve() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                try:
+                    if context is None:
+                        conn.sendall(b"HTTP/1.1 400 not tls\r\n\r\n")
+                    else:
+                        with context.wrap_socket(conn, server_side=True):
+                            pass
+                except (ssl.SSLError, OSError):
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        stop.set()
+        thread.join()
+        sock.close()
+
+
+def test_a_good_certificate_passes(tmp_path: Path) -> None:
+    material = _material(tmp_path / "ok")
+    with tls_listener(material) as port:
+        check_tls("localhost", port, material / certs.CA_CERT)
+
+
+def test_another_federations_ca_is_named_as_the_problem(tmp_path: Path) -> None:
+    material, other = _material(tmp_path / "ok"), _material(tmp_path / "other")
+    with tls_listener(material) as port, pytest.raises(DeployError) as err:
+        check_tls("localhost", port, other / certs.CA_CERT)
+    assert f"not signed by {other / certs.CA_CERT} (wrong CA certificate?)" in str(err.value)
+
+
+def test_an_expired_server_certificate_says_expired(tmp_path: Path) -> None:
+    material = _material(tmp_path / "old", expired=True)
+    with tls_listener(material) as port, pytest.raises(DeployError) as err:
+        check_tls("localhost", port, material / certs.CA_CERT)
+    assert "the server's certificate has expired; make new material with fl-certs" in str(err.value)
+
+
+def test_a_certificate_for_another_name_says_which_name(tmp_path: Path) -> None:
+    material = _material(tmp_path / "named", names=("superlink.example",))
+    # the certificate covers superlink.example, localhost, 127.0.0.1 and ::1, not 127.0.0.2
+    with tls_listener(material, "127.0.0.2") as port, pytest.raises(DeployError) as err:
+        check_tls("127.0.0.2", port, material / certs.CA_CERT)
+    assert "not valid for '127.0.0.2'; make it with fl-certs --server-name/--server-ip" in str(
+        err.value
+    )
+
+
+def test_a_plain_text_server_is_told_apart(tmp_path: Path) -> None:
+    material = _material(tmp_path / "ok")
+    with tls_listener(None) as port, pytest.raises(DeployError) as err:
+        check_tls("localhost", port, material / certs.CA_CERT)
+    assert "does not speak TLS" in str(err.value)
+
+
+def test_nothing_listening_gives_up_after_the_timeout_with_a_countdown() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        said: list[str] = []
+        with pytest.raises(DeployError, match=rf"cannot reach 127.0.0.1:{port} after 1 s"):
+            wait_reachable("127.0.0.1", port, 1.0, say=said.append, interval=0.2)
+    assert said and "giving up in" in said[0]
+
+
+@pytest.mark.parametrize("address", ["nohost", "host:", ":9092", "host:99999", "host:port"])
+def test_addresses_must_be_host_and_port(address: str) -> None:
+    with pytest.raises(DeployError, match="must be HOST:PORT"):
+        split_address(address, "--server")
+
+
+def test_fl_server_refuses_plain_text_unless_asked(tmp_path: Path, capsys) -> None:
+    assert server.main(["--state-dir", str(tmp_path)]) == 2
+    assert "fl-server: error: TLS needs --certs DIR" in capsys.readouterr().err
+
+
+def test_fl_server_refuses_an_expired_certificate(tmp_path: Path, capsys) -> None:
+    material = _material(tmp_path / "old", expired=True)
+    assert server.main(["--certs", str(material), "--state-dir", str(tmp_path / "s")]) == 2
+    assert f"{material / certs.SERVER_CERT} expired on " in capsys.readouterr().err
+
+
+def test_fl_server_refuses_a_certificate_of_another_ca(tmp_path: Path, capsys) -> None:
+    material, other = _material(tmp_path / "a"), _material(tmp_path / "b")
+    (material / certs.CA_CERT).write_bytes((other / certs.CA_CERT).read_bytes())
+    assert server.main(["--certs", str(material), "--state-dir", str(tmp_path / "s")]) == 2
+    assert "is not signed by" in capsys.readouterr().err
+
+
+def test_fl_client_checks_its_partition_before_connecting(tmp_path: Path, capsys) -> None:
+    args = ["--server", "127.0.0.1:9", "--partition-id", "3", "--num-partitions", "3"]
+    assert client.main([*args, "--insecure"]) == 2
+    assert "--partition-id 3 is out of range for --num-partitions 3 (valid: 0..2)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_fl_client_rejects_a_key_that_is_not_a_supernode_key(tmp_path: Path, capsys) -> None:
+    material = _material(tmp_path / "m")
+    args = ["--server", "127.0.0.1:9", "--partition-id", "0", "--num-partitions", "1"]
+    ca = ["--root-certificates", str(material / certs.CA_CERT)]
+    assert client.main([*args, *ca, "--auth-key", str(material / certs.SERVER_KEY)]) == 2
+    assert "is not an OpenSSH EC private key" in capsys.readouterr().err
+
+
+def test_fl_certs_never_overwrites(tmp_path: Path, capsys) -> None:
+    assert certs.main([str(tmp_path), "--server-name", "a", "--supernodes", "1"]) == 0
+    before = (tmp_path / certs.CA_CERT).read_bytes()
+    assert certs.main([str(tmp_path), "--server-name", "a", "--supernodes", "1"]) == 2
+    assert "nothing was written" in capsys.readouterr().err
+    assert certs.main([str(tmp_path), "--server-name", "a", "--if-missing"]) == 0
+    assert (tmp_path / certs.CA_CERT).read_bytes() == before
+    assert oct((tmp_path / "supernode-0.key").stat().st_mode & 0o777) == "0o600"
