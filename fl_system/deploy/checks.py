@@ -170,9 +170,10 @@ def wait_reachable(
         time.sleep(min(interval, max(left, 0.0)))
 
 
-def check_tls(host: str, port: int, ca_file: Path, timeout: float = 10.0) -> None:
-    """Handshake like a SuperNode would; explain a certificate the CA cannot verify."""
-    context = ssl.create_default_context(cafile=str(ca_file))
+def check_tls(host: str, port: int, ca_file: Path | None, timeout: float = 10.0) -> None:
+    """Handshake like Flower's gRPC client would; explain a certificate the CA (or, with
+    None, the system's trust store) cannot verify."""
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
     context.set_alpn_protocols(["h2"])
     try:
         with (
@@ -190,7 +191,8 @@ def check_tls(host: str, port: int, ca_file: Path, timeout: float = 10.0) -> Non
                 f"fl-certs --server-name/--server-ip {host}"
             )
         else:
-            hint = f"the server's certificate is not signed by {ca_file} (wrong CA certificate?)"
+            trusted = ca_file or "the system's trusted CAs (give the federation's ca.crt)"
+            hint = f"the server's certificate is not signed by {trusted} (wrong CA certificate?)"
         raise DeployError(f"TLS check of {host}:{port} failed: {hint} [{detail}]") from None
     except ssl.SSLError as err:
         if "WRONG_VERSION_NUMBER" in str(err) or "record layer failure" in str(err):

@@ -70,3 +70,21 @@ def test_existing_run_is_not_overwritten(tmp_path: Path, cli_env) -> None:
     assert result.returncode == 2
     assert "already holds a run; pass resume=true" in result.stderr
     assert (run_dir / "checkpoint.npz").read_bytes() == b"keep me"
+
+
+def test_an_unreachable_superlink_gives_up_after_the_countdown(tmp_path: Path, cli_env) -> None:
+    remote = ["runtime=remote", "runtime.address=127.0.0.1:1", "runtime.insecure=true"]
+    result = run_cli(
+        [*QUICK, *remote, "runtime.connect_timeout=3", f"hydra.run.dir={tmp_path / 'run'}"],
+        cli_env,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "fl-run: waiting for 127.0.0.1:1 (Connection refused); giving up in 3 s" in (
+        result.stderr
+    )
+    errors = _error_lines(result.stderr)
+    assert errors == [
+        "fl-run: error: SuperLink Control API: cannot reach 127.0.0.1:1 after 3 s "
+        "(Connection refused); check the address and port, that the server runs, and the firewall"
+    ]
