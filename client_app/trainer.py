@@ -83,7 +83,6 @@ def train_locally(
         global_params=[p.detach().clone() for p in model.parameters()],
         device=device,
         lr=settings.lr,
-        momentum=settings.momentum,
         received=received if received is not None else RecordDict(),
         state=state,
     )

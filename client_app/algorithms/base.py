@@ -26,7 +26,6 @@ class LocalContext:
     lr: float
     received: RecordDict  # the whole train message content (per-node extras live here)
     state: ClientState | None = None  # survives rounds and SuperNode restarts
-    momentum: float = 0.0  # the optimiser's heavy-ball momentum (0: plain SGD)
     steps: int = 0  # optimiser steps taken so far in this round
     extras: dict[str, object] = field(default_factory=dict)  # scratch space for the rule
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.algorithms.fedavg import FedAvgRule
-from client_app.algorithms.scaffold import C_I_STATE, ScaffoldRule, effective_steps
+from client_app.algorithms.scaffold import C_I_STATE, ScaffoldRule
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol
@@ -51,20 +51,11 @@ def _params(model: nn.Module) -> dict[str, np.ndarray]:
     return {n: p.detach().numpy().astype(np.float64) for n, p in model.named_parameters()}
 
 
-def _train(
-    rule,
-    *,
-    c: ArrayRecord | None,
-    state,
-    steps: int,
-    batch_size: int = 4,
-    lr: float = LR,
-    momentum: float = 0.0,
-):
+def _train(rule, *, c: ArrayRecord | None, state, steps: int, batch_size: int = 4):
     model = _model()
     x, y = _data()
     received = RecordDict({protocol.SCAFFOLD_C: c}) if c is not None else RecordDict()
-    settings = TrainSettings(local_steps=steps, batch_size=batch_size, lr=lr, momentum=momentum)
+    settings = TrainSettings(local_steps=steps, batch_size=batch_size, lr=LR)
     result = train_locally(
         model, x, y, rule, settings, seed=5, device=CPU, received=received, state=state
     )
@@ -72,7 +63,6 @@ def _train(
 
 
 C = _record([0.5, 0.5], [0.5, 0.5])
-C0 = _record([0.0, 0.0], [0.0, 0.0])
 
 
 def test_correction_moves_weights_down_by_lr_times_c_minus_ci(tmp_path: Path) -> None:
@@ -141,40 +131,6 @@ def test_one_full_batch_step_makes_c_i_the_gradient_at_the_global_model(tmp_path
         np.testing.assert_allclose(saved[name].numpy(), p.grad.numpy(), atol=2e-6)
         delta = result.extras.array_records[protocol.SCAFFOLD_DELTA_C][name].numpy()
         np.testing.assert_allclose(delta, p.grad.numpy(), atol=2e-6)  # c_i was 0
-
-
-def test_effective_steps_of_heavy_ball_momentum() -> None:
-    assert effective_steps(7, 0.0) == 7.0
-    # m = 0.5, 3 steps from a zero buffer: (1 + 0.5 + (1 + 0.5 + 0.25)) lr g = 4.25 lr g
-    assert effective_steps(3, 0.5) == pytest.approx(1.0 + 1.5 + 1.75, abs=1e-12)
-    # m = 0.9, 20 steps: sum over k of (1 - 0.9^k) / 0.1 (a 6x longer way than plain SGD)
-    assert effective_steps(20, 0.9) == pytest.approx(120.941899, abs=1e-6)
-    with pytest.raises(ValueError, match=r"momentum must be in \[0, 1\), got 1.0"):
-        effective_steps(3, 1.0)
-
-
-def test_with_momentum_the_optimiser_sees_the_corrected_gradient(tmp_path: Path) -> None:
-    state = _state(tmp_path)
-    state.save(C_I_STATE, _record([0.25, -1.0], [2.0, 0.0]))
-    c = _record([-0.5, 1.0], [0.5, 0.75])
-    ours, _ = _train(ScaffoldRule(), c=c, state=state, steps=6, momentum=0.9)
-    diff = [torch.tensor([[-0.75], [2.0]]), torch.tensor([-1.5, 0.75])]
-    paper, _ = _train(_GradientCorrection(diff), c=None, state=None, steps=6, momentum=0.9)
-    for name in NAMES:
-        np.testing.assert_allclose(_params(ours)[name], _params(paper)[name], atol=1e-6)
-
-
-def test_with_momentum_c_i_still_estimates_the_local_gradient(tmp_path: Path) -> None:
-    """A tiny lr keeps the full-batch gradient constant over 20 momentum-0.9 steps, so
-    c_i+ (from c = c_i = 0) must equal it; dividing by steps * lr would give ~6x as much."""
-    state = _state(tmp_path)
-    _train(ScaffoldRule(), c=C0, state=state, steps=20, batch_size=12, lr=1e-5, momentum=0.9)
-    model = _model()
-    x, y = _data()
-    nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
-    saved = state.load(C_I_STATE)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(saved[name].numpy(), p.grad.numpy(), rtol=1e-3, atol=1e-5)
 
 
 def test_c_i_survives_rounds_and_a_supernode_restart(tmp_path: Path) -> None:
