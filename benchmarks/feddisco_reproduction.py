@@ -76,21 +76,42 @@ class Setting:
 
 @dataclass(frozen=True)
 class Method:
-    label: str
+    label: str  # a Disco variant is its baseline's label + DISCO_SUFFIX
     algorithm: str
     disco: bool
+    lr: float | None = None  # train.lr override; None keeps the preset's (0.01)
+
+    @property
+    def base_label(self) -> str:
+        return self.label.removesuffix(DISCO_SUFFIX)
 
 
+DISCO_SUFFIX = " + Disco"
 SETTINGS = (
     Setting("NIID-2", "feddisco_niid2", "5 biased clients (2 classes each) + 1 unbiased, K=6"),
     Setting("NIID-1", "feddisco_niid1", "Dirichlet alpha=0.5 label skew, K=10"),
 )
+FEDAVG_DISCO = Method("FedAvg" + DISCO_SUFFIX, "fedavg", disco=True)
 METHODS = (
     Method("FedAvg", "fedavg", disco=False),
-    Method("FedAvg + Disco", "fedavg", disco=True),
+    FEDAVG_DISCO,
     Method("SCAFFOLD", "scaffold", disco=False),
-    Method("SCAFFOLD + Disco", "scaffold", disco=True),
+    Method("SCAFFOLD" + DISCO_SUFFIX, "scaffold", disco=True),
 )
+
+
+def scaffold_at(lr: float) -> tuple[Method, Method]:
+    """SCAFFOLD +- Disco at another local learning rate (NIID-2 diverges at the preset's)."""
+    label = f"SCAFFOLD lr {lr:g}"
+    return Method(label, "scaffold", False, lr), Method(label + DISCO_SUFFIX, "scaffold", True, lr)
+
+
+def methods_for(setting: Setting, args: argparse.Namespace) -> tuple[Method, ...]:
+    if args.extra_scaffold_lr is not None and setting.key == "NIID-2":
+        return (*METHODS, *scaffold_at(args.extra_scaffold_lr))
+    return METHODS
+
+
 # Paper Table 2, "+Disco" gain over the Table 1 baseline (accuracy points): the closest
 # analogues of mnist5k are FMNIST (1 channel, 28x28, same CNN) and CIFAR-10.
 PAPER_GAIN: dict[tuple[str, str], tuple[float, float]] = {  # (algorithm, setting): (FMNIST, C10)
@@ -115,6 +136,7 @@ class RunSpec:
         disco = ["algorithm.disco.enabled=true"] if self.method.disco else []
         if self.method.disco and (self.a, self.b) != (DEFAULT_A, DEFAULT_B):
             disco += [f"algorithm.disco.a={self.a}", f"algorithm.disco.b={self.b}"]
+        lr = [] if self.method.lr is None else [f"train.lr={self.method.lr:g}"]
         return [
             *BASE_OVERRIDES,
             f"experiment={self.setting.experiment}",
@@ -122,6 +144,7 @@ class RunSpec:
             *disco,
             f"num_rounds={self.rounds}",
             f"train.local_epochs={self.epochs}",
+            *lr,
             f"seed={self.seed}",
         ]
 
@@ -136,33 +159,45 @@ class RunSpec:
 
 @dataclass
 class RunOutcome:
+    """One fl-run's metrics. A diverged run (every client's model NaN/inf: fl-run stops with
+    that reason) keeps the rounds before it; it has a best accuracy but no last-10 or
+    all-rounds mean, which the tables show as 'diverged'."""
+
     spec: RunSpec
     command: str
     rows: list[dict[str, str]]
     process_seconds: float  # fl-run from start to exit, as seen from here
+    diverged_round: int | None = None  # the round whose local models were all NaN/inf
     accuracies: list[float] = field(init=False)
     best: float = field(init=False)
     best_round: int = field(init=False)
-    last10: float = field(init=False)
+    last10: float | None = field(init=False)
+    all_rounds: float | None = field(init=False)  # mean over every round: rewards converging early
 
     def __post_init__(self) -> None:
         summary = summarize(self.rows, target_accuracy=None)
         self.accuracies = [float(r["test_accuracy"]) for r in self.rows]
-        self.best, self.best_round = summary["best_accuracy"], summary["best_round"]
-        self.last10 = summary["mean_last10_accuracy"]
+        self.best, self.best_round = summary["best_accuracy"] or 0.0, summary["best_round"] or 0
+        finished = self.diverged_round is None
+        self.last10 = summary["mean_last10_accuracy"] if finished else None
+        self.all_rounds = statistics.fmean(self.accuracies) if finished else None
 
     def column(self, name: str, round_: int = 1) -> float | None:
+        if round_ > len(self.rows):
+            return None
         cell = self.rows[round_ - 1].get(name, "")
         return float(cell) if cell else None
 
     def weights(self, round_: int = 1) -> dict[int, float]:
+        if round_ > len(self.rows):
+            return {}
         row = self.rows[round_ - 1]
         return {int(k[7:]): float(v) for k, v in row.items() if k.startswith("weight_") and v}
 
     @property
     def seconds_per_round(self) -> float:
         """In-run wall time per round after round 1 (which carries the warm-up)."""
-        ends = [float(r["wall_seconds"]) for r in self.rows]
+        ends = [float(r["wall_seconds"]) for r in self.rows] or [0.0]
         return (ends[-1] - ends[0]) / max(1, len(ends) - 1)
 
     @property
@@ -214,7 +249,10 @@ def run_fl(command: list[str], run_dir: Path, timeout: float) -> None:
 
 
 def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
+    """The run's rows; `rounds` of them (fewer only for a diverged run, which may have none)."""
     if not path.exists():
+        if rounds == 0:
+            return []
         raise BenchmarkError(f"{path} was not written")
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -223,6 +261,13 @@ def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
     if any(not r.get("test_accuracy") for r in rows):
         raise BenchmarkError(f"{path} lacks a test accuracy in some round (eval_every must be 1)")
     return rows
+
+
+def diverged_round(failure: Path) -> int | None:
+    """The round fl-run stopped at because every local model was NaN/inf, if that is why."""
+    text = failure.read_text() if failure.exists() else ""
+    found = re.match(r"round (\d+): 0 usable replies", text)
+    return int(found.group(1)) if found and "local model has NaN or inf" in text else None
 
 
 def run_timeout(spec: RunSpec, clients: int) -> float:
@@ -235,12 +280,20 @@ def execute(spec: RunSpec, clients: int) -> RunOutcome:
     run_dir = Path(tempfile.mkdtemp(prefix="feddisco-repro-"))
     command = spec.command(run_dir)
     started = time.perf_counter()
+    diverged = None
     try:
-        run_fl(command, run_dir, timeout=run_timeout(spec, clients))
-        rows = read_metrics(run_dir / "metrics.csv", spec.rounds)
+        try:
+            run_fl(command, run_dir, timeout=run_timeout(spec, clients))
+        except BenchmarkError:
+            diverged = diverged_round(run_dir / "failure.txt")
+            if diverged is None:
+                raise
+        rows = read_metrics(
+            run_dir / "metrics.csv", spec.rounds if diverged is None else diverged - 1
+        )
     except BenchmarkError as err:
         raise BenchmarkError(f"{spec.name} failed (run directory kept: {run_dir})\n{err}") from None
-    outcome = RunOutcome(spec, shlex.join(command), rows, time.perf_counter() - started)
+    outcome = RunOutcome(spec, shlex.join(command), rows, time.perf_counter() - started, diverged)
     shutil.rmtree(run_dir, ignore_errors=True)
     return outcome
 
@@ -256,9 +309,9 @@ def execute_all(specs: Sequence[RunSpec], clients: dict[str, int]) -> list[RunOu
         elapsed = time.perf_counter() - started
         eta = elapsed / i * (len(specs) - i)
         print(
-            f"[bench]   best {outcome.best:.4f} (round {outcome.best_round}), last-10 "
-            f"{outcome.last10:.4f}; {outcome.process_seconds:.0f} s; elapsed {elapsed / 60:.1f} "
-            f"min, ETA {eta / 60:.1f} min",
+            f"[bench]   best {pct1(outcome.best)} (round {outcome.best_round}), last-10 "
+            f"{pct1(outcome.last10)}; {outcome.process_seconds:.0f} s; elapsed "
+            f"{elapsed / 60:.1f} min, ETA {eta / 60:.1f} min",
             flush=True,
         )
     return outcomes
@@ -318,14 +371,25 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return mean, statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def pct(values: Sequence[float], signed: bool = False) -> str:
-    """Accuracies (fractions) as 'mean ± std' in percentage points."""
-    mean, std = mean_std([100 * v for v in values])
+def pct(values: Sequence[float | None], signed: bool = False) -> str:
+    """Accuracies (fractions) as 'mean ± std' in percentage points; None = a diverged run."""
+    lost = sum(v is None for v in values)
+    if lost:
+        return f"diverged ({lost}/{len(values)} seeds)"
+    mean, std = mean_std([100 * v for v in values if v is not None])
     return f"{mean:+.2f} ± {std:.2f}" if signed else f"{mean:.2f} ± {std:.2f}"
 
 
-def signed_list(values: Sequence[float]) -> str:
-    return ", ".join(f"{100 * v:+.2f}" for v in values)
+def pct1(value: float | None) -> str:
+    return "diverged" if value is None else f"{100 * value:.2f}"
+
+
+def signed_list(values: Sequence[float | None]) -> str:
+    return ", ".join("diverged" if v is None else f"{100 * v:+.2f}" for v in values)
+
+
+def difference(with_disco: float | None, base: float | None) -> float | None:
+    return None if with_disco is None or base is None else with_disco - base
 
 
 def cpu_model() -> str:
@@ -350,29 +414,33 @@ def find(
 
 @dataclass
 class Gain:
-    """Disco minus its baseline, per seed, for best and last-10 accuracy."""
+    """Disco minus its baseline, per seed, for best, last-10 and all-rounds mean accuracy."""
 
     best: list[float]
-    last10: list[float]
+    last10: list[float | None]  # None: one of the pair diverged
+    all_rounds: list[float | None]
 
 
 def disco_gain(
     outcomes: Sequence[RunOutcome],
     setting: str,
-    algorithm: str,
+    method: Method,
     seeds: Sequence[int],
     ab: tuple[float, float] = (DEFAULT_A, DEFAULT_B),
 ) -> Gain:
-    base = next(m.label for m in METHODS if m.algorithm == algorithm and not m.disco)
-    with_disco = next(m.label for m in METHODS if m.algorithm == algorithm and m.disco)
+    """Gain of Disco `method` over its baseline (same setting, same seed)."""
     pairs = [
         (
-            find(outcomes, setting, base, s, (DEFAULT_A, DEFAULT_B)),
-            find(outcomes, setting, with_disco, s, ab),
+            find(outcomes, setting, method.base_label, s, (DEFAULT_A, DEFAULT_B)),
+            find(outcomes, setting, method.label, s, ab),
         )
         for s in seeds
     ]
-    return Gain([d.best - b.best for b, d in pairs], [d.last10 - b.last10 for b, d in pairs])
+    return Gain(
+        [d.best - b.best for b, d in pairs],
+        [difference(d.last10, b.last10) for b, d in pairs],
+        [difference(d.all_rounds, b.all_rounds) for b, d in pairs],
+    )
 
 
 # ----- report -----------------------------------------------------------------------------
@@ -419,6 +487,7 @@ def header(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         f"participants, a={DEFAULT_A}, b={DEFAULT_B} (the code's defaults)",
         f"- Simulation: {cfg.runtime.client_cpus} CPU per virtual client, "
         f"{cfg.runtime.torch_threads} torch thread(s) per worker",
+        *extra_lr_note(args),
         "",
         "Each run is (run directory: a fresh temporary folder, removed afterwards):",
         "",
@@ -427,11 +496,21 @@ def header(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         "    experiment={feddisco_niid2|feddisco_niid1} \\",
         "    algorithm={fedavg|scaffold} [algorithm.disco.enabled=true [algorithm.disco.a=A "
         "algorithm.disco.b=B]] \\",
-        f"    num_rounds={args.rounds} train.local_epochs={args.local_epochs} seed=S "
-        "hydra.run.dir=<tmp>",
+        f"    num_rounds={args.rounds} train.local_epochs={args.local_epochs} [train.lr=LR] "
+        "seed=S hydra.run.dir=<tmp>",
         "```",
         "",
         f"for example `{example}`.",
+    ]
+
+
+def extra_lr_note(args: argparse.Namespace) -> list[str]:
+    if args.extra_scaffold_lr is None:
+        return []
+    return [
+        f"- Extra pair on NIID-2: SCAFFOLD and SCAFFOLD + Disco with `train.lr="
+        f"{args.extra_scaffold_lr:g}` (everything else as above), because SCAFFOLD at the "
+        "presets' lr 0.01 diverges there (see the per-run table and the notes)"
     ]
 
 
@@ -514,7 +593,7 @@ def start_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
             f"{'yes' if same else '**NO**'} | "
             + ", ".join("n/a" if v is None else f"{v:.6f}" for v in losses)
             + " | "
-            + ", ".join(f"{o.accuracies[0]:.3f}" for o in runs)
+            + ", ".join(f"{o.accuracies[0]:.3f}" if o.accuracies else "n/a" for o in runs)
             + " |"
         )
     return lines
@@ -529,48 +608,62 @@ def results_section(ctx: Context, outcomes: Sequence[RunOutcome], setting: Setti
         "with Disco minus without, per seed (same partition, same initial model), then "
         "mean ± std of those differences. Paper: Table 2 gain of the same base method "
         f"(FMNIST {setting.key} / CIFAR-10 {setting.key}), the closest analogues; their "
-        "absolute numbers are not comparable to mnist5k.",
+        "absolute numbers are not comparable to mnist5k. All-rounds mean: mean test accuracy "
+        "over every round (rewards reaching the plateau sooner).",
         "",
-        "| method | best | last-10 mean | Disco gain, best | Disco gain, last-10 | "
-        "per-seed gain, best | paper gain (FMNIST / C10) |",
-        "|---|---:|---:|---:|---:|---|---:|",
+        "| method | best | last-10 mean | all-rounds mean | Disco gain, best | "
+        "Disco gain, last-10 | Disco gain, all-rounds | per-seed gain, best / last-10 | "
+        "paper gain (FMNIST / C10) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for method in METHODS:
+    for method in methods_for(setting, ctx.args):
         runs = [find(outcomes, setting.key, method.label, s, (DEFAULT_A, DEFAULT_B)) for s in seeds]
-        gain_cells = ["—", "—", "—", "—"]
+        gain_cells = ["—"] * 5
         if method.disco:
-            g = disco_gain(outcomes, setting.key, method.algorithm, seeds)
+            g = disco_gain(outcomes, setting.key, method, seeds)
             fm, c10 = PAPER_GAIN[(method.algorithm, setting.key)]
             gain_cells = [
                 pct(g.best, signed=True),
                 pct(g.last10, signed=True),
-                signed_list(g.best),
+                pct(g.all_rounds, signed=True),
+                f"{signed_list(g.best)} / {signed_list(g.last10)}",
                 f"+{fm:.2f} / +{c10:.2f}",
             ]
         lines.append(
             f"| {method.label} | {pct([o.best for o in runs])} | "
-            f"{pct([o.last10 for o in runs])} | " + " | ".join(gain_cells) + " |"
+            f"{pct([o.last10 for o in runs])} | {pct([o.all_rounds for o in runs])} | "
+            + " | ".join(gain_cells)
+            + " |"
         )
-    lines += ["", *per_run_table(outcomes, setting, seeds)]
+    lines += ["", *per_run_table(outcomes, setting, methods_for(setting, ctx.args), seeds)]
     return lines
 
 
 def per_run_table(
-    outcomes: Sequence[RunOutcome], setting: Setting, seeds: Sequence[int]
+    outcomes: Sequence[RunOutcome],
+    setting: Setting,
+    methods: Sequence[Method],
+    seeds: Sequence[int],
 ) -> list[str]:
     lines = [
         "<details><summary>Per run</summary>",
         "",
         "| method | seed | best (round) | last-10 mean | final | min over the last 10 | wall (s) |",
         "|---|---:|---:|---:|---:|---:|---:|",
+        # a diverged run's 'final' and 'min' are over the rounds before it diverged
     ]
-    for method in METHODS:
+    for method in methods:
         for seed in seeds:
             o = find(outcomes, setting.key, method.label, seed, (DEFAULT_A, DEFAULT_B))
+            final = (
+                f"{100 * o.accuracies[-1]:.2f}"
+                if o.diverged_round is None
+                else f"diverged in round {o.diverged_round}"
+            )
             lines.append(
                 f"| {method.label} | {seed} | {100 * o.best:.2f} ({o.best_round}) | "
-                f"{100 * o.last10:.2f} | {100 * o.accuracies[-1]:.2f} | "
-                f"{100 * min(o.accuracies[-10:]):.2f} | {o.process_seconds:.0f} |"
+                f"{pct1(o.last10)} | {final} | "
+                f"{100 * min(o.accuracies[-10:], default=0.0):.2f} | {o.process_seconds:.0f} |"
             )
     return [*lines, "", "</details>"]
 
@@ -624,41 +717,67 @@ def sweep_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         "the weights this (a, b) gives the 5 biased clients and the unbiased one (FedAvg: "
         "0.1667 each).",
         "",
-        "| a | b | p_biased / p_unbiased | gain, best | gain, last-10 | per seed, best | "
-        "per seed, last-10 |",
-        "|---:|---:|---|---:|---:|---|---|",
+        "| a | b | p_biased / p_unbiased | gain, best | gain, last-10 | gain, all-rounds | "
+        "per seed, best / last-10 |",
+        "|---:|---:|---|---:|---:|---:|---|",
     ]
     for a in ctx.args.sweep_a:
         for b in ctx.args.sweep_b:
             _, p = expected_weights(state, a, b)
-            g = disco_gain(outcomes, "NIID-2", "fedavg", seeds, (a, b))
+            g = disco_gain(outcomes, "NIID-2", FEDAVG_DISCO, seeds, (a, b))
             lines.append(
-                f"| {a} | {b} | {p[0]:.4f} / {p[-1]:.4f} | {pct(g.best, signed=True)} | "
-                f"{pct(g.last10, signed=True)} | {signed_list(g.best)} | {signed_list(g.last10)} |"
+                f"| {a:g} | {b:g} | {p[0]:.4f} / {p[-1]:.4f} | {pct(g.best, signed=True)} | "
+                f"{pct(g.last10, signed=True)} | {pct(g.all_rounds, signed=True)} | "
+                f"{signed_list(g.best)} / {signed_list(g.last10)} |"
             )
     return lines
+
+
+def significance(gains: Sequence[float | None]) -> str:
+    """'+0.23 points (higher in 3/3 seeds, more than 2 standard errors from zero)'."""
+    if any(v is None for v in gains):
+        return f"n/a ({pct(gains)})"
+    mean, std = mean_std([100 * v for v in gains if v is not None])
+    se = std / len(gains) ** 0.5 if len(gains) > 1 else float("inf")
+    side = "more" if abs(mean) > 2 * se else "less"
+    up = sum(v is not None and v > 0 for v in gains)
+    return f"{mean:+.2f} points (higher in {up}/{len(gains)} seeds; {side} than 2 SE from zero)"
 
 
 def findings_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
     """Plain statements computed from the numbers; the interpretation is left to the notes."""
     seeds = ctx.args.seeds
-    lines = ["## Findings (computed)", ""]
+    lines = [
+        "## Findings (computed)",
+        "",
+        "SE: standard error of the mean per-seed gain (std of the differences / sqrt(seeds)).",
+        "",
+    ]
     for setting in SETTINGS:
-        for algorithm, label in (("fedavg", "FedAvg"), ("scaffold", "SCAFFOLD")):
-            g = disco_gain(outcomes, setting.key, algorithm, seeds)
-            up_best = sum(v > 0 for v in g.best)
-            up_last = sum(v > 0 for v in g.last10)
-            mean, std = mean_std([100 * v for v in g.best])
-            se = std / len(g.best) ** 0.5 if len(g.best) > 1 else float("inf")
-            clear = abs(mean) > 2 * se
-            fm, c10 = PAPER_GAIN[(algorithm, setting.key)]
+        for method in (m for m in methods_for(setting, ctx.args) if m.disco):
+            g = disco_gain(outcomes, setting.key, method, seeds)
+            fm, c10 = PAPER_GAIN[(method.algorithm, setting.key)]
             lines.append(
-                f"- {setting.key}, {label}: Disco changes best accuracy by {mean:+.2f} points "
-                f"(higher in {up_best}/{len(seeds)} seeds; last-10 mean higher in "
-                f"{up_last}/{len(seeds)}); {'more' if clear else 'less'} than 2 standard errors "
-                f"from zero. Paper: +{fm:.2f} (FMNIST), +{c10:.2f} (CIFAR-10)."
+                f"- {setting.key}, {method.base_label}: Disco changes best accuracy by "
+                f"{significance(g.best)}, the last-10 mean by {significance(g.last10)}, the "
+                f"all-rounds mean by {significance(g.all_rounds)}. "
+                f"Paper: +{fm:.2f} (FMNIST), +{c10:.2f} (CIFAR-10)."
             )
-    unstable = [o for o in outcomes if o.best - min(o.accuracies[-10:]) > 0.10]
+    diverged = [o for o in outcomes if o.diverged_round is not None]
+    if diverged:
+        lines.append(
+            "- Runs that diverged (every client's local model NaN/inf; fl-run stops there and "
+            "says so): "
+            + "; ".join(
+                f"{o.spec.name} (round {o.diverged_round}, best {100 * o.best:.1f} in round "
+                f"{o.best_round})"
+                for o in diverged
+            )
+            + "."
+        )
+    unstable = [
+        o for o in outcomes if o.diverged_round is None and o.best - min(o.accuracies[-10:]) > 0.10
+    ]
     if unstable:
         lines.append(
             "- Runs whose accuracy fell more than 10 points below their best within the last "
@@ -691,27 +810,30 @@ def render_report(ctx: Context, outcomes: Sequence[RunOutcome], plot: Path) -> s
     return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
 
 
-def write_plot(outcomes: Sequence[RunOutcome], seeds: Sequence[int], path: Path) -> None:
+def write_plot(outcomes: Sequence[RunOutcome], args: argparse.Namespace, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(SETTINGS), figsize=(6.0 * len(SETTINGS), 4.2), squeeze=False)
-    styles = {"FedAvg": ("tab:blue", "-"), "SCAFFOLD": ("tab:red", "-")}
+    colors = ["tab:blue", "tab:red", "tab:orange", "tab:green"]  # one per baseline
     try:
         for ax, setting in zip(axes[0], SETTINGS, strict=True):
-            for method in METHODS:
-                curves = np.array(
-                    [
-                        find(
-                            outcomes, setting.key, method.label, s, (DEFAULT_A, DEFAULT_B)
-                        ).accuracies
-                        for s in seeds
-                    ]
-                )
-                mean, std = 100 * curves.mean(axis=0), 100 * curves.std(axis=0)
-                color, _ = styles[method.label.split()[0]]
+            bases: list[str] = []
+            for method in methods_for(setting, args):
+                curves = np.full((len(args.seeds), args.rounds), np.nan)
+                for i, s in enumerate(args.seeds):
+                    acc = find(outcomes, setting.key, method.label, s, (DEFAULT_A, DEFAULT_B))
+                    curves[i, : len(acc.accuracies)] = acc.accuracies
+                # a seed that diverged drops out of the mean from its divergence on
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # all seeds diverged
+                    mean = 100 * np.nanmean(curves, axis=0)
+                    std = 100 * np.nanstd(curves, axis=0)
+                if method.base_label not in bases:
+                    bases.append(method.base_label)
+                color = colors[bases.index(method.base_label) % len(colors)]
                 rounds = np.arange(1, len(mean) + 1)
                 ax.plot(
                     rounds, mean, color=color, ls="--" if method.disco else "-", label=method.label
@@ -734,14 +856,13 @@ def main_specs(args: argparse.Namespace) -> list[RunSpec]:
         RunSpec(setting, method, seed, args.rounds, args.local_epochs)
         for setting in SETTINGS
         for seed in args.seeds
-        for method in METHODS
+        for method in methods_for(setting, args)
     ]
 
 
 def sweep_specs(args: argparse.Namespace) -> list[RunSpec]:
-    disco = next(m for m in METHODS if m.algorithm == "fedavg" and m.disco)
     return [
-        RunSpec(SETTINGS[0], disco, seed, args.rounds, args.local_epochs, a, b)
+        RunSpec(SETTINGS[0], FEDAVG_DISCO, seed, args.rounds, args.local_epochs, a, b)
         for a in args.sweep_a
         for b in args.sweep_b
         if (a, b) != (DEFAULT_A, DEFAULT_B)
@@ -767,7 +888,7 @@ def estimate(args: argparse.Namespace, clients: dict[str, int]) -> int:
     rounds = 4
     total = 0.0
     disco = next(m for m in METHODS if m.algorithm == "scaffold" and m.disco)
-    counts = {s.key: len(args.seeds) * len(METHODS) for s in SETTINGS}
+    counts = {s.key: len(args.seeds) * len(methods_for(s, args)) for s in SETTINGS}
     counts[SETTINGS[0].key] += len(sweep_specs(args))
     for setting in SETTINGS:
         o = execute(RunSpec(setting, disco, 0, rounds, args.local_epochs), clients[setting.key])
@@ -799,6 +920,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sweep-b", type=float, nargs="+", default=[0.05, 0.1])
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "feddisco_reproduction.md"
+    )
+    parser.add_argument(
+        "--extra-scaffold-lr",
+        type=float,
+        default=None,
+        help="also run SCAFFOLD +- Disco on NIID-2 with train.lr=LR (the preset's 0.01 diverges)",
     )
     parser.add_argument("--estimate", action="store_true", help="time one short run per setting")
     args = parser.parse_args(argv)
@@ -834,7 +961,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args, started, load_start, total, start_states(args), cfgs)
     plot = args.out.with_suffix(".png")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_plot(outcomes, args.seeds, plot)
+    write_plot(outcomes, args, plot)
     args.out.write_text(render_report(ctx, outcomes, plot))
     print(f"[bench] report written to {args.out}, plot to {plot}", flush=True)
     return 0

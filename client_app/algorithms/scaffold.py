@@ -17,7 +17,8 @@ rule is kept as the spec and FedDisco's code have it, because the momentum-consi
 (correction fed through the optimiser, c_i divided by the distance momentum SGD travels) was
 measured less stable with the FedDisco presets (mnist5k NIID-1, lr 0.01, m 0.9: 1 of 3
 SCAFFOLD seeds and 2 of 3 SCAFFOLD + Disco seeds collapsed to chance, none with this rule).
-Only trainable parameters are corrected; control variates are keyed by parameter name. The server half is `server_app/strategies/scaffold.py`.
+Only trainable parameters are corrected; control variates are keyed by parameter name.
+The server half is `server_app/strategies/scaffold.py`.
 """
 
 from __future__ import annotations
