@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,14 +32,22 @@ from fl_system.deploy.checks import (
 )
 from fl_system.launch.processes import free_port, tool_env
 
-# Lines of flower-supernode's output that mean this node will never take part.
+# The SuperLink does not know this node's key. A SuperLink opens its ports a moment before
+# fl-server has registered the keys, so this is retried until --connect-timeout runs out.
+UNKNOWN_KEY = "Failed to activate SuperNode"
+RETRY_SECONDS = 5.0
+# Lines of flower-supernode's output that mean this node will not take part.
 FATAL_OUTPUT = {
     protocol.TURNED_AWAY_LOG: None,  # our ClientApp's own line carries the reason
     "SSL/TLS handshake error detected": "the TLS handshake with the SuperLink failed: is "
     "--root-certificates the federation's ca.crt, and the server's certificate still valid?",
-    "Failed to activate SuperNode": "the SuperLink refused this SuperNode: its --auth-key is "
-    "not registered there (fl-server --authorized-keys DIR registers the .pub files)",
+    UNKNOWN_KEY: "the SuperLink refused this SuperNode: its --auth-key is not registered there "
+    "(fl-server --authorized-keys DIR registers the .pub files)",
 }
+
+
+class KeyNotRegistered(DeployError):
+    """The SuperLink does not (yet) know this SuperNode's key."""
 
 
 def say(text: str) -> None:
@@ -147,9 +156,28 @@ def check(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = check(args)
-    env = tool_env()
+    deadline = time.monotonic() + args.connect_timeout
+    while True:
+        try:
+            code = _run_supernode(args, config)
+            break
+        except KeyNotRegistered as err:
+            left = deadline - time.monotonic()
+            if left < RETRY_SECONDS:
+                raise
+            say(f"{err}; retrying in {RETRY_SECONDS:.0f} s (giving up in {left:.0f} s)")
+            time.sleep(RETRY_SECONDS)
+        except KeyboardInterrupt:
+            return 130
+    if code != 0:
+        print(f"fl-client: error: flower-supernode exited with code {code} (output above)")
+    return 1 if code else 0
+
+
+def _run_supernode(args: argparse.Namespace, config: str) -> int:
+    """flower-supernode until it ends (its exit code) or says it will not take part."""
     # its own session: we stop its whole tree (ClientApp processes) ourselves
-    proc = start_piped(supernode_command(args, config), env, own_session=True)
+    proc = start_piped(supernode_command(args, config), tool_env(), own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
     say(f"SuperNode for partition {args.partition_id} started, server {args.server}")
     try:
@@ -157,15 +185,10 @@ def run(args: argparse.Namespace) -> int:
         for line in echo(proc.stdout):
             reason = _fatal(line)
             if reason is not None:
-                _stop(proc)
-                raise DeployError(reason)
-        code = proc.wait()
-    except KeyboardInterrupt:
+                raise (KeyNotRegistered if UNKNOWN_KEY in line else DeployError)(reason)
+        return proc.wait()
+    finally:
         _stop(proc)
-        return 130
-    if code != 0:
-        print(f"fl-client: error: flower-supernode exited with code {code} (output above)")
-    return 1 if code else 0
 
 
 def _fatal(line: str) -> str | None:

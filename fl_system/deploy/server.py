@@ -4,7 +4,8 @@ Fleet API (SuperNodes) on 0.0.0.0:9092 and Control API (`fl-run runtime=remote`)
 0.0.0.0:9093, state in a database under --state-dir (so a restarted SuperLink keeps its
 registered nodes), no runtime dependency installation, TLS from an `fl-certs` directory, and
 SuperNode authentication with the public keys given by --authorized-keys, registered as
-soon as the SuperLink is up. Plain text needs --insecure and prints a warning.
+soon as the SuperLink is up; `<state-dir>/ready` exists from then until it stops (a
+container health check). Plain text needs --insecure and prints a warning.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from fl_system.launch.submit import Connection, write_flwr_home
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 STARTUP_SECONDS = 60.0
+READY_FILE = "ready"  # in --state-dir while the SuperLink serves with every key registered
 
 
 def say(text: str) -> None:
@@ -168,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
             raise DeployError(f"port {port} is already in use on this machine")
     args.state_dir.mkdir(parents=True, exist_ok=True)
 
+    ready = args.state_dir / READY_FILE
+    ready.unlink(missing_ok=True)
     env = tool_env({"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "1"})  # Flower's default: a server idles
     proc = start_piped(superlink_command(args, tls), env)
     assert proc.stdout is not None
@@ -178,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         _wait_ports(proc, [fleet_port, control_port])
         if keys:
             register_keys(keys, control_port, tls[0] if tls else None, env)
+        ready.write_text(f"{args.fleet_address} {args.control_address}\n")
         say(
             f"SuperLink ready: Fleet API {args.fleet_address}, Control API "
             f"{args.control_address}, {'TLS' if tls else 'PLAIN TEXT'}"
@@ -189,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         stop()
         raise
+    finally:
+        ready.unlink(missing_ok=True)
 
 
 def _wait_ports(proc: subprocess.Popen, ports: list[int]) -> None:
