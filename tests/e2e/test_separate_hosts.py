@@ -120,7 +120,7 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
 
 def test_a_client_with_an_unregistered_key_is_rejected(federation: Federation) -> None:
     stranger_key = federation.stranger / "supernode-0.key"
-    proc, log = federation.client("client-c", 1, "--connect-timeout", "12", key=stranger_key)
+    proc, log = federation.client("client-c", 1, "--connect-timeout", "30", key=stranger_key)
     assert proc.wait(timeout=120) == 2
     text = log.read_text()
     # keys may still be registering when a SuperLink's ports open: retried, then given up
@@ -204,11 +204,14 @@ def test_a_wrong_server_address_gives_up_with_a_countdown(federation: Federation
 
 
 def test_two_rounds_over_tls_with_authentication(federation: Federation) -> None:
-    """Two registered clients on two hosts, plus a third claiming a partition already
-    taken: the run completes with two partitions and one of the claimants is told why."""
+    """Two registered clients on two hosts, a third claiming a partition already taken and a
+    fourth with an unregistered key: the run completes with the two partitions, the
+    claimant that lost is told why and the stranger is refused."""
     a, a_log = federation.client("client-a", 0)
     _, b_log = federation.client("client-b", 1)
     dup, dup_log = federation.client("client-c", 0, key=federation.certs / "supernode-2.key")
+    stranger_key = federation.stranger / "supernode-0.key"
+    rogue, rogue_log = federation.client("client-c", 1, "--connect-timeout", "30", key=stranger_key)
     for log in (a_log, b_log, dup_log):
         assert _wait_for_text(log, "SuperNode for partition", 60), log.read_text()
     run_dir = federation.work / "run"
@@ -246,3 +249,5 @@ def test_two_rounds_over_tls_with_authentication(federation: Federation) -> None
     proc, log = turned_away[0]
     assert proc.wait(timeout=60) == 2
     assert "fl-client: error: partition-id 0 is already held by live node" in log.read_text()
+    assert rogue.wait(timeout=60) == 2
+    assert "fl-client: error: the SuperLink refused this SuperNode" in rogue_log.read_text()
