@@ -41,6 +41,8 @@ FATAL_OUTPUT = {
     protocol.TURNED_AWAY_LOG: None,  # our ClientApp's own line carries the reason
     "SSL/TLS handshake error detected": "the TLS handshake with the SuperLink failed: is "
     "--root-certificates the federation's ca.crt, and the server's certificate still valid?",
+    "Giving up reconnection": "lost the SuperLink and could not reach it again within "
+    "--connect-timeout",
     UNKNOWN_KEY: "the SuperLink refused this SuperNode: its --auth-key is not registered there "
     "(fl-server --authorized-keys DIR registers the .pub files)",
 }

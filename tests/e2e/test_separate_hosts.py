@@ -90,7 +90,7 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
     procs = ProcessGroup()
     with hosts(["server", "client-a", "client-b", "client-c"]) as lan:
         material, stranger = work / "certs", work / "stranger"
-        certs.generate(material, server_names=[], server_ips=[lan["server"].address], supernodes=3)
+        certs.generate(material, server_names=[], server_ips=[lan["server"].address], supernodes=4)
         certs.generate(stranger, server_names=["elsewhere"], supernodes=1)
         fed = Federation(lan, material, stranger, work, env, procs)
         try:
@@ -251,3 +251,19 @@ def test_two_rounds_over_tls_with_authentication(federation: Federation) -> None
     assert "fl-client: error: partition-id 0 is already held by live node" in log.read_text()
     assert rogue.wait(timeout=60) == 2
     assert "fl-client: error: the SuperLink refused this SuperNode" in rogue_log.read_text()
+
+
+def test_a_client_that_loses_the_server_gives_up_after_its_timeout(
+    federation: Federation,
+) -> None:
+    """Runs last: stops the SuperLink. The client must not wait forever."""
+    key = federation.certs / "supernode-3.key"  # a key no running client uses
+    proc, log = federation.client("client-b", 1, "--connect-timeout", "15", key=key)
+    assert _wait_for_text(log, "SuperNode ID", 90), log.read_text()
+    server = next(p for name, p in federation.procs.procs if name == "fl-server")
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=60) == 0  # fl-server stops its SuperLink and exits cleanly
+    assert proc.wait(timeout=180) == 2
+    assert "fl-client: error: lost the SuperLink and could not reach it again within " in (
+        log.read_text()
+    )
