@@ -36,7 +36,9 @@ class ScriptedGrid:
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+        """Replies in the order their messages were pushed (first come, first served)."""
+        wanted = set(message_ids)
+        return [self._replies.pop(i) for i in list(self._replies) if i in wanted]
 
 
 def nodes_claiming(partition_of: dict[int, int]) -> Callable[[Message], Message | None]:
