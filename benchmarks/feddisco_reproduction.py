@@ -34,9 +34,7 @@ import platform
 import re
 import shlex
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fl_runs import ROOT, BenchmarkError, run_fl, tool_env
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -54,19 +53,12 @@ from fl_system.disco import disco_weights, discrepancy, label_distribution, unif
 from fl_system.experiment import build_model, load_dataset, partition_indices
 from fl_system.results import summarize
 
-ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
-TAIL_LINES = 40  # lines of a failed fl-run's output to show
 BASE_OVERRIDES = ("runtime=simulation", "dataset=mnist5k", "model=cnn")
 DEFAULT_A, DEFAULT_B = 0.5, 0.1
 PAPER_ROUNDS, PAPER_EPOCHS = 100, 10
 
 
-class BenchmarkError(RuntimeError):
-    """An fl-run failed or left no usable metrics."""
-
-
-# ----- what is run ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Setting:
     key: str  # "NIID-2"
@@ -207,45 +199,9 @@ class RunOutcome:
 
 
 # ----- fl-run subprocesses ----------------------------------------------------------------
-def tool_env(run_dir: Path) -> dict[str, str]:
-    """This interpreter's bin/ first on PATH; client state kept inside the run directory."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["FL_STATE_DIR"] = str(run_dir / "client-state")
-    return env
-
-
-def output_tail(log: Path, lines: int = TAIL_LINES) -> str:
-    """Last lines of a captured output, progress-bar carriage returns collapsed."""
-    text = log.read_text(errors="replace") if log.exists() else ""
-    kept = [line.split("\r")[-1] for line in text.splitlines()]
-    return "\n".join(kept[-lines:])
-
-
-def run_fl(command: list[str], run_dir: Path, timeout: float) -> None:
-    """Run fl-run to completion; raise BenchmarkError with its output's tail if it fails."""
-    log = run_dir / "fl-run.out"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=tool_env(run_dir), stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)  # lets fl-run tear its Ray workers down
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise BenchmarkError(
-                f"{shlex.join(command)}\ntimed out after {timeout:.0f} s; "
-                f"last output:\n{output_tail(log)}"
-            ) from None
-    if code != 0:
-        raise BenchmarkError(
-            f"{shlex.join(command)}\nexited with status {code}; last output:\n{output_tail(log)}"
-        )
+def state_env(run_dir: Path) -> dict[str, str]:
+    """Client state kept inside the run directory."""
+    return tool_env({"FL_STATE_DIR": str(run_dir / "client-state")})
 
 
 def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
@@ -283,7 +239,7 @@ def execute(spec: RunSpec, clients: int) -> RunOutcome:
     diverged = None
     try:
         try:
-            run_fl(command, run_dir, timeout=run_timeout(spec, clients))
+            run_fl(command, run_dir / "fl-run.out", run_timeout(spec, clients), state_env(run_dir))
         except BenchmarkError:
             diverged = diverged_round(run_dir / "failure.txt")
             if diverged is None:

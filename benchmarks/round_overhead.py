@@ -24,7 +24,6 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from fl_runs import ROOT, BenchmarkError, run_fl, tool_env
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
@@ -45,15 +45,9 @@ from fl_system.experiment import build, build_model, load_dataset, partition_ind
 from fl_system.seeding import derive_seed
 from server_app.exchange import POLL_SECONDS
 
-ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
 SIM_GOAL = 1.25  # simulation s/round may be at most this multiple of the plain loop's
 BYTES_TOLERANCE = 0.05  # measured bytes/round within this fraction of raw float32 x clients
-TAIL_LINES = 40  # lines of a failed fl-run's output to show
-
-
-class BenchmarkError(RuntimeError):
-    """A measurement could not be taken (an fl-run failed or left no usable metrics)."""
 
 
 @dataclass(frozen=True)
@@ -115,45 +109,6 @@ def fl_run_command(runtime: str, clients: int, rounds: int, run_dir: Path) -> li
     ]
 
 
-def tool_env() -> dict[str, str]:
-    """This interpreter's bin/ first on PATH: fl-run and Flower's tools come from there."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def output_tail(log: Path, lines: int = TAIL_LINES) -> str:
-    """Last lines of a captured output, progress-bar carriage returns collapsed."""
-    text = log.read_text(errors="replace") if log.exists() else ""
-    kept = [line.split("\r")[-1] for line in text.splitlines()]
-    return "\n".join(kept[-lines:])
-
-
-def run_fl(command: list[str], log: Path, timeout: float) -> None:
-    """Run fl-run to completion; raise BenchmarkError with its output's tail if it fails."""
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=tool_env(), stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)  # fl-run tears its SuperLink/SuperNodes down
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise BenchmarkError(
-                f"{shlex.join(command)}\ntimed out after {timeout:.0f} s; "
-                f"last output:\n{output_tail(log)}"
-            ) from None
-    if code != 0:
-        raise BenchmarkError(
-            f"{shlex.join(command)}\nexited with status {code}; last output:\n{output_tail(log)}"
-        )
-
-
 def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
     if not path.exists():
         raise BenchmarkError(f"{path} was not written")
@@ -170,7 +125,7 @@ def measure_fl_run(name: str, runtime: str, clients: int, rounds: int) -> RunRes
     command = fl_run_command(runtime, clients, rounds, run_dir)
     print(f"[bench] {name}: {shlex.join(command)}", flush=True)
     try:
-        run_fl(command, run_dir / "fl-run.out", timeout=300 + 120 * rounds)
+        run_fl(command, run_dir / "fl-run.out", timeout=300 + 120 * rounds, env=tool_env())
         rows = read_metrics(run_dir / "metrics.csv", rounds)
     except BenchmarkError as err:
         raise BenchmarkError(f"{name} failed (run directory kept: {run_dir})\n{err}") from None

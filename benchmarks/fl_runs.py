@@ -1,0 +1,55 @@
+"""Running `fl-run` from a benchmark script: one subprocess, its output in a log, clear errors."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TAIL_LINES = 40  # lines of a failed fl-run's output to show
+
+
+class BenchmarkError(RuntimeError):
+    """An fl-run failed or left no usable metrics."""
+
+
+def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This interpreter's bin/ first on PATH: fl-run and Flower's tools come from there."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra or {})
+    return env
+
+
+def output_tail(log: Path, lines: int = TAIL_LINES) -> str:
+    """Last lines of a captured output, progress-bar carriage returns collapsed."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    kept = [line.split("\r")[-1] for line in text.splitlines()]
+    return "\n".join(kept[-lines:])
+
+
+def run_fl(command: list[str], log: Path, timeout: float, env: dict[str, str]) -> None:
+    """Run fl-run to completion; raise BenchmarkError with its output's tail if it fails."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # lets fl-run tear its processes down
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise BenchmarkError(
+                f"{shlex.join(command)}\ntimed out after {timeout:.0f} s; "
+                f"last output:\n{output_tail(log)}"
+            ) from None
+    if code != 0:
+        raise BenchmarkError(
+            f"{shlex.join(command)}\nexited with status {code}; last output:\n{output_tail(log)}"
+        )
