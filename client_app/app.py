@@ -21,7 +21,7 @@ from client_app.algorithms import feddisco
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
-from fl_system import protocol
+from fl_system import protocol, wire
 from fl_system.devices import apply_thread_limit, resolve_device
 from fl_system.experiment import build, build_model, config_from_json
 from fl_system.seeding import derive_seed
@@ -67,10 +67,11 @@ def train(msg: Message, context: Context) -> Message:
     cfg = config_from_json(config_json)
     node = NodeIdentity.from_context(context)
     apply_thread_limit()
-    server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
+    received = wire.unpack(msg.content)
+    server_round = int(received.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
     x, y = local_training_data(cfg, node)
     model = _model_for(config_json)
-    model.load_state_dict(msg.content.array_records[protocol.ARRAYS].to_torch_state_dict())
+    model.load_state_dict(received.array_records[protocol.ARRAYS].to_torch_state_dict())
     result = train_locally(
         model,
         x,
@@ -79,7 +80,7 @@ def train(msg: Message, context: Context) -> Message:
         TrainSettings(**OmegaConf.to_container(cfg.train)),
         seed=derive_seed(cfg.seed, server_round, node.partition_id),
         device=resolve_device(node.device),
-        received=msg.content,
+        received=received,
         state=ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id),
     )
     content = RecordDict(
@@ -92,11 +93,11 @@ def train(msg: Message, context: Context) -> Message:
                     protocol.TRAIN_LOSS: result.mean_loss,
                     protocol.NUM_STEPS: result.steps,
                     protocol.COMPUTE_SECONDS: result.seconds,
-                    **feddisco.train_metrics(cfg, y, msg.content.config_records[protocol.CONFIG]),
+                    **feddisco.train_metrics(cfg, y, received.config_records[protocol.CONFIG]),
                 }
             ),
         }
     )
     for name, record in result.extras.items():
         content[name] = record
-    return Message(content, reply_to=msg)
+    return Message(wire.pack(content), reply_to=msg)

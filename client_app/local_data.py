@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from flwr.app import Context
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from client_app.state import default_state_root
 from fl_system.data.node_dir import load_node_dir
-from fl_system.experiment import load_dataset, partition_indices
-
-# Bump when partitioning or preprocessing changes, so stale cached partitions are not reused.
-_CACHE_VERSION = 1
+from fl_system.data.partition_cache import cached_partition, default_cache_root
 
 
 @dataclass(frozen=True)
@@ -49,16 +43,11 @@ class NodeIdentity:
         return Path(self.state_dir) if self.state_dir else default_state_root()
 
     def cache_root(self) -> Path:
-        default = Path.home() / ".cache" / "fl_system"
-        return Path(self.cache_dir or os.environ.get("FL_CACHE_DIR") or default)
+        return Path(self.cache_dir) if self.cache_dir else default_cache_root()
 
 
 def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
-    """The node's own directory if it has one, else its partition of the shared dataset.
-
-    A deployed ClientApp is a fresh process per message, so the partition is cached on the
-    node's disk after the first round instead of re-deriving the whole dataset every round.
-    """
+    """The node's own directory if it has one, else its (cached) partition of the dataset."""
     if node.data_dir:
         return load_node_dir(node.data_dir)
     num_partitions = int(cfg.num_clients)
@@ -69,28 +58,4 @@ def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray
         )
     if not 0 <= node.partition_id < num_partitions:
         raise ValueError(f"partition-id {node.partition_id} is outside 0..{num_partitions - 1}")
-    cached = node.cache_root() / f"partition-{_partition_key(cfg, node.partition_id)}.npz"
-    if cached.is_file():
-        with np.load(cached, allow_pickle=False) as f:
-            return f["x"], f["y"]
-    data = load_dataset(cfg)
-    idx = partition_indices(cfg, num_partitions)[node.partition_id]
-    x, y = data.x_train[idx], data.y_train[idx]
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, x=x, y=y)
-    os.replace(tmp, cached)
-    return x, y
-
-
-def _partition_key(cfg: DictConfig, partition_id: int) -> str:
-    spec = {
-        "version": _CACHE_VERSION,
-        "source": OmegaConf.to_container(cfg.dataset.source, resolve=True),
-        "partition": OmegaConf.to_container(cfg.partition, resolve=True),
-        "num_partitions": int(cfg.num_clients),
-        "seed": int(cfg.seed),
-        "partition_id": partition_id,
-    }
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+    return cached_partition(cfg, node.partition_id, node.cache_root())

@@ -135,9 +135,8 @@ class RoundDriver:
         messages = self.strategy.train_messages(
             rnd, arrays, config, {node_of[pid]: pid for pid in chosen}
         )
-        bytes_down = sum(protocol.wire_bytes(m) for m in messages)
-        replies = exchange(self.grid, messages, timeout=cfg.round_timeout)
-        bytes_up = sum(protocol.wire_bytes(r) for r in replies if not r.has_error())
+        traffic = exchange(self.grid, messages, timeout=cfg.round_timeout)
+        replies = traffic.replies
         new_arrays, metrics = self.strategy.aggregate_train(rnd, replies)
         failures = self.strategy.last_failures
         n_ok = len(replies) - len(failures)
@@ -154,8 +153,8 @@ class RoundDriver:
             "round": rnd,
             "participants": n_ok,
             "failures": len(failures) + missing,
-            "bytes_up": bytes_up + handshake_up,
-            "bytes_down": bytes_down + handshake_down,
+            "bytes_up": traffic.bytes_up + handshake_up,
+            "bytes_down": traffic.bytes_down + handshake_down,
         }
         row.update({k: v for k, v in (metrics or {}).items() if not isinstance(v, list)})
         return new_arrays, row

@@ -1,4 +1,8 @@
-"""Send messages and collect replies, polling faster than Flower's `send_and_receive`.
+"""Send messages and collect replies: packed for the wire, counted, and polled quickly.
+
+Models cross the wire packed (`fl_system.wire`): messages are packed just before the push
+and replies unpacked on arrival, so strategies see whole ArrayRecords on both sides. Bytes are
+counted on the packed messages, i.e. what really travels.
 
 Flower's Grid sleeps 3 s between pulls; on small models that idles the server for most of a
 deployment round. Pulling is a cheap local call to the SuperLink, so poll quickly at first
@@ -9,16 +13,46 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from flwr.app import Message
 from flwr.serverapp import Grid
+
+from fl_system import protocol, wire
 
 FIRST_POLL_SECONDS = 0.005
 POLL_SECONDS = 0.2  # the slowest polling interval
 
 
-def exchange(grid: Grid, messages: Iterable[Message], *, timeout: float) -> list[Message]:
+@dataclass(frozen=True)
+class Traffic:
+    """The replies of one exchange and the bytes it moved each way."""
+
+    replies: list[Message]
+    bytes_down: int
+    bytes_up: int
+
+
+def exchange(grid: Grid, messages: Iterable[Message], *, timeout: float) -> Traffic:
     """Push `messages`; return the replies that arrived within `timeout` seconds."""
+    messages = list(messages)
+    originals = [m.content for m in messages]
+    for message in messages:
+        message.content = wire.pack(message.content)
+    bytes_down = sum(protocol.wire_bytes(m) for m in messages)
+    try:
+        replies = _push_and_pull(grid, messages, timeout)
+    finally:
+        for message, content in zip(messages, originals, strict=True):
+            message.content = content  # the caller keeps seeing what it built
+    ok = [r for r in replies if not r.has_error()]
+    bytes_up = sum(protocol.wire_bytes(r) for r in ok)
+    for reply in ok:
+        reply.content = wire.unpack(reply.content)
+    return Traffic(replies, bytes_down, bytes_up)
+
+
+def _push_and_pull(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
     pending = set(grid.push_messages(messages))
     deadline = time.monotonic() + timeout
     replies: list[Message] = []

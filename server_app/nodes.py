@@ -139,7 +139,7 @@ class NodeRegistry:
             )
             for node_id in node_ids
         ]
-        self._bytes_down += sum(protocol.wire_bytes(m) for m in messages)
-        replies = exchange(self._grid, messages, timeout=timeout)
-        self._bytes_up += sum(protocol.wire_bytes(r) for r in replies if not r.has_error())
-        return replies
+        traffic = exchange(self._grid, messages, timeout=timeout)
+        self._bytes_down += traffic.bytes_down
+        self._bytes_up += traffic.bytes_up
+        return traffic.replies

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from fl_system.data.partition_cache import default_cache_root, prepare
 from fl_system.devices import THREADS_ENV
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
@@ -61,12 +62,15 @@ class LocalRuntime:
             paths.logs / "superlink.log",
             env,
         )
+        # Every node reads its partition from the shared cache instead of N nodes loading and
+        # partitioning the dataset at once in round 1 (preflight has loaded it already).
+        prepare(cfg, default_cache_root())
         self._wait_ports(procs, [fleet, control], paths.logs / "superlink.log")
         for pid in range(cfg.num_clients):
             procs.start(
                 f"supernode {pid}",
                 [
-                    "flower-supernode",
+                    "fl-supernode",
                     "--insecure",
                     "--superlink",
                     f"{h}:{fleet}",

@@ -38,6 +38,7 @@ def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # SuperExec checks for work to start (a ServerApp, a ClientApp) every second by default;
     # a check is a cheap local call, and each round waits for one on every node.
     env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # no calls home from what we start
     env.update(extra or {})
     return env
 

@@ -65,7 +65,7 @@ def test_two_rounds_over_grpc(algorithm: str, tmp_path: Path, cli_env: dict[str,
     assert int(rows[1]["bytes_up"]) >= 2 * mlp_bytes
     # The SuperNodes really ran as separate processes and logged their messages.
     logs = run_dir / "logs"
-    assert "Start `flwr-clientapp` process" in (logs / "supernode-0.log").read_text()
+    assert "ClientApp task" in (logs / "supernode-0.log").read_text()
 
 
 def test_sigterm_mid_run_leaves_no_process(tmp_path: Path, cli_env: dict[str, str]) -> None:

@@ -1,0 +1,77 @@
+"""Partitions cached on disk: each node's slice of a shared dataset, keyed by what defines it.
+
+A deployed ClientApp is a fresh process per message, so a node reads its partition from this
+cache instead of re-deriving the whole dataset every round. `prepare` writes every partition
+of an experiment at once: the local runtime calls it before starting its SuperNodes, so that
+round 1 does not have N nodes loading and partitioning the same dataset at the same time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from fl_system.experiment import load_dataset, partition_indices
+
+CACHE_ENV = "FL_CACHE_DIR"
+# Bump when partitioning or preprocessing changes, so stale cached partitions are not reused.
+_CACHE_VERSION = 1
+
+
+def default_cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "fl_system")
+
+
+def partition_file(cfg: DictConfig, partition_id: int, root: Path) -> Path:
+    return root / f"partition-{_partition_key(cfg, partition_id)}.npz"
+
+
+def cached_partition(
+    cfg: DictConfig, partition_id: int, root: Path
+) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of one partition, from the cache or computed and cached."""
+    path = partition_file(cfg, partition_id, root)
+    if not path.is_file():
+        prepare(cfg, root, [partition_id])
+    with np.load(path, allow_pickle=False) as f:
+        return f["x"], f["y"]
+
+
+def prepare(cfg: DictConfig, root: Path, partition_ids: list[int] | None = None) -> int:
+    """Cache the given partitions (all by default) that are missing; returns how many."""
+    num_partitions = int(cfg.num_clients)
+    wanted = range(num_partitions) if partition_ids is None else partition_ids
+    missing = [p for p in wanted if not partition_file(cfg, p, root).is_file()]
+    if not missing:
+        return 0
+    data = load_dataset(cfg)
+    indices = partition_indices(cfg, num_partitions)
+    root.mkdir(parents=True, exist_ok=True)
+    for pid in missing:
+        idx = indices[pid]
+        _write_atomically(partition_file(cfg, pid, root), data.x_train[idx], data.y_train[idx])
+    return len(missing)
+
+
+def _write_atomically(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, x=x, y=y)
+    os.replace(tmp, path)
+
+
+def _partition_key(cfg: DictConfig, partition_id: int) -> str:
+    spec = {
+        "version": _CACHE_VERSION,
+        "source": OmegaConf.to_container(cfg.dataset.source, resolve=True),
+        "partition": OmegaConf.to_container(cfg.partition, resolve=True),
+        "num_partitions": int(cfg.num_clients),
+        "seed": int(cfg.seed),
+        "partition_id": partition_id,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]

@@ -1,0 +1,1 @@
+"""Our SuperNode: Flower's, with ClientApps forked from a warm launcher and adaptive polling."""

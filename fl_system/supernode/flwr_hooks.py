@@ -1,0 +1,254 @@
+"""Everything our SuperNode relies on inside flwr 1.36 that is not public API, in one place.
+
+Flower's protocol stays as it is: the SuperNode pulls messages over gRPC, stores each one as a
+task, a SuperExec-style launcher claims the task for a token, and the ClientApp runs Flower's
+own `run_clientapp` with that token against the SuperNode's Runtime API. What we change is
+only *how fast* that happens:
+
+- the SuperNode's fixed sleeps (3 s after an empty pull, 0.5 s while waiting for a reply) are
+  replaced by a `PollSchedule`, by swapping the `time` module seen by
+  `flwr.supernode.start_client_internal`;
+- the launcher claims tasks with Flower's Runtime API client and `ClientAppExecPlugin`, and
+  starts each ClientApp in a forked child instead of a fresh `flwr-clientapp` interpreter;
+- the FAB is installed once per machine and hash, not unzipped and re-verified per message.
+
+`check()` verifies that the pinned flwr still has all of this; the node and launcher call it
+at start-up, and a unit test calls it so an flwr upgrade fails loudly.
+"""
+
+from __future__ import annotations
+
+import compileall
+import contextlib
+import fcntl
+import hashlib
+import inspect
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import flwr.cli.install as flwr_install
+import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
+import flwr.supernode.start_client_internal as flwr_supernode_loop
+from flwr.common.constant import ISOLATION_MODE_PROCESS
+from flwr.proto.runtime_pb2 import ClaimTaskRequest, PullPendingTasksRequest
+from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
+from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult
+from flwr.supercore.superexec.plugin.clientapp_exec_plugin import ClientAppExecPlugin
+from flwr.supercore.utils import get_flwr_home
+from flwr.supernode.cli.flower_supernode import flower_supernode
+
+from fl_system.supernode.polling import PollSchedule
+
+ISOLATION = ISOLATION_MODE_PROCESS  # the SuperNode serves the Runtime API; we launch apps
+IDLE_PULL_SLEEP = 3  # flwr's sleep after a pull that found no message
+REPLY_SLEEP = 0.5  # flwr's sleep while waiting for the ClientApp's reply (and its objects)
+TELEMETRY_ENV = "FLWR_TELEMETRY_ENABLED"
+
+
+class FlwrInternalsChanged(RuntimeError):
+    """The installed flwr no longer has what the fast SuperNode relies on."""
+
+
+def check() -> None:
+    """Raise FlwrInternalsChanged naming everything that moved in the installed flwr."""
+    problems: list[str] = []
+    loop_source = inspect.getsource(flwr_supernode_loop.start_client_internal)
+    push_source = inspect.getsource(flwr_supernode_loop._push_messages)
+    if f"time.sleep({IDLE_PULL_SLEEP})" not in loop_source:
+        problems.append(f"start_client_internal no longer sleeps time.sleep({IDLE_PULL_SLEEP})")
+    if f"time.sleep({REPLY_SLEEP})" not in push_source:
+        problems.append(f"_push_messages no longer sleeps time.sleep({REPLY_SLEEP})")
+    if getattr(flwr_supernode_loop, "time", None) is not time:
+        problems.append("start_client_internal no longer imports the time module")
+    if "_pull_and_store_message(" not in loop_source:
+        problems.append("start_client_internal no longer calls _pull_and_store_message")
+    if getattr(flwr_run_clientapp, "install_from_fab", None) is not flwr_install.install_from_fab:
+        problems.append("run_clientapp no longer installs FABs through install_from_fab")
+    expected = {"runtime_api_address", "token", "insecure", "certificates", "parent_pid"}
+    params = set(inspect.signature(flwr_run_clientapp.run_clientapp).parameters)
+    if not expected <= params:
+        problems.append(f"run_clientapp lacks parameters {sorted(expected - params)}")
+    spec_fields = {"runtime_api_address", "token", "insecure", "parent_pid", "task_id"}
+    if not spec_fields <= set(ExecutionSpec.__dataclass_fields__):
+        problems.append("ExecutionSpec changed its fields")
+    for name in ("PullPendingTasks", "ClaimTask"):
+        if not hasattr(RuntimeHttpClient, name):
+            problems.append(f"RuntimeHttpClient has no {name}")
+    if problems:
+        raise FlwrInternalsChanged(
+            "the installed flwr differs from the 1.36 internals fl_system's SuperNode uses: "
+            + "; ".join(problems)
+        )
+
+
+# ----- the SuperNode process ------------------------------------------------------------------
+class _NodeClock:
+    """Stands in for the `time` module inside Flower's SuperNode loop: schedules its sleeps."""
+
+    def __init__(self, schedule: PollSchedule) -> None:
+        self.schedule = schedule
+        self.last_message = time.monotonic()  # a node that just started expects work soon
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds == IDLE_PULL_SLEEP:
+            seconds = self.schedule.wait(time.monotonic() - self.last_message)
+        elif seconds == REPLY_SLEEP:
+            seconds = self.schedule.reply
+        time.sleep(seconds)
+
+
+def install_poll_schedule(schedule: PollSchedule, on_message: Callable[[], None]) -> None:
+    """Make this process's SuperNode loop poll by `schedule` and call `on_message` per message."""
+    clock = _NodeClock(schedule)
+    pull = flwr_supernode_loop._pull_and_store_message
+
+    def pull_and_store(*args: object, **kwargs: object) -> int | None:
+        run_id = pull(*args, **kwargs)
+        if run_id is not None:
+            clock.last_message = time.monotonic()
+            on_message()
+        return run_id
+
+    flwr_supernode_loop.time = clock
+    flwr_supernode_loop._pull_and_store_message = pull_and_store
+
+
+def run_supernode(flower_args: list[str]) -> None:
+    """Flower's `flower-supernode` main in this process, with `flower_args` as its argv."""
+    import sys
+
+    sys.argv = ["flower-supernode", *flower_args]
+    flower_supernode()
+
+
+# ----- the launcher process -------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClaimedTask:
+    """A ClientApp task this launcher holds the token for."""
+
+    task_id: int
+    spec: ExecutionSpec
+
+
+class _Collect:
+    """Flower's Executor protocol: remembers specs instead of starting processes."""
+
+    def __init__(self) -> None:
+        self.specs: list[ExecutionSpec] = []
+
+    def wait_for_capacity(self) -> None:
+        return None
+
+    def launch(self, spec: ExecutionSpec) -> LaunchResult:
+        self.specs.append(spec)
+        return LaunchResult.accepted()
+
+
+class TaskClaimer:
+    """Claims the SuperNode's pending ClientApp tasks through its Runtime API."""
+
+    def __init__(self, runtime_api_address: str) -> None:
+        self.client = RuntimeHttpClient.from_server_address(
+            server_address=runtime_api_address,
+            insecure=True,
+            root_certificates=None,
+            interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
+            retry_invoker=make_simple_http_retry_invoker(),
+        )
+        self.collect = _Collect()
+        self.plugin = ClientAppExecPlugin(
+            runtime_api_address=runtime_api_address,
+            insecure=True,
+            root_certificates_path=None,
+            runtime_dependency_install=False,
+            executor=self.collect,
+        )
+
+    def claim_pending(self) -> Iterator[ClaimedTask]:
+        """Every task pending now, claimed; Flower's plugin builds each one's spec."""
+        while True:
+            pending = self.client.PullPendingTasks(request=PullPendingTasksRequest()).tasks
+            task = self.plugin.select_task(pending) if pending else None
+            if task is None:
+                return
+            token = self.client.ClaimTask(ClaimTaskRequest(task_id=task.task_id)).token
+            if not token:  # another launcher took it
+                continue
+            self.collect.specs.clear()
+            self.plugin.launch_task(token=token, task=task)
+            for spec in self.collect.specs:
+                yield ClaimedTask(task.task_id, spec)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def run_clientapp(spec: ExecutionSpec) -> None:
+    """Flower's ClientApp runtime for one claimed task (ends with Flower's SystemExit)."""
+    flwr_run_clientapp.run_clientapp(
+        runtime_api_address=spec.runtime_api_address,
+        token=spec.token,
+        insecure=spec.insecure,
+        certificates=None,
+        parent_pid=spec.parent_pid,
+        runtime_dependency_install=False,
+    )
+
+
+def install_fab_cache() -> None:
+    """Install (and byte-compile) each FAB once per FLWR_HOME and hash; ClientApps reuse it.
+
+    Flower unzips and re-verifies the FAB for every message, and two ClientApps installing
+    the same FAB at once can see a half-copied directory. A lock and a marker written after
+    a complete install fix both.
+    """
+    install = flwr_install.install_from_fab
+
+    def cached(fab_file: Path | bytes, install_dir: Path | None = None, **kwargs: object) -> Path:
+        content = fab_file if isinstance(fab_file, bytes) else Path(fab_file).read_bytes()
+        marker = (
+            (install_dir or get_flwr_home())
+            / "apps"
+            / (f".installed-{hashlib.sha256(content).hexdigest()}")
+        )
+        if (path := _installed(marker)) is not None:
+            return path
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(marker.with_suffix(".lock")):
+            if (path := _installed(marker)) is not None:
+                return path
+            path = install(fab_file, install_dir, **kwargs)
+            # Bytecode once here, so ClientApps load it (even with PYTHONDONTWRITEBYTECODE set).
+            compileall.compile_dir(str(path), quiet=1)
+            tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(str(path))
+            os.replace(tmp, marker)
+            return path
+
+    flwr_run_clientapp.install_from_fab = cached
+
+
+def _installed(marker: Path) -> Path | None:
+    with contextlib.suppress(OSError):
+        path = Path(marker.read_text())
+        if path.is_dir():
+            return path
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,120 @@
+"""`fl-supernode`: Flower's SuperNode with fast ClientApp launches and a federation's polling.
+
+Takes `flower-supernode`'s arguments and runs Flower's SuperNode in this process with
+`--isolation process`, next to our ClientApp launcher (a child process that pre-imports torch
+and forks one child per message). The SuperNode wakes the launcher through a pipe when a
+message arrives, and pulls the SuperLink by a `PollSchedule` (FL_NODE_POLL_ACTIVE,
+FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s. If the
+launcher dies, the node logs why and stops (exit 1), so the SuperLink answers the server with
+"node unavailable" instead of the round waiting forever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+from fl_system.supernode.polling import PollSchedule
+
+LAUNCHER_DIED = 1
+
+
+def say(text: str) -> None:
+    print(f"fl-supernode: {text}", file=sys.stderr, flush=True)
+
+
+def runtime_api_address(flower_args: Sequence[str]) -> str:
+    """Where the SuperNode serves its Runtime API (flower-supernode's --host and --port)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9094)
+    parser.add_argument("--isolation")
+    known, _ = parser.parse_known_args(list(flower_args))
+    if known.isolation is not None:
+        raise ValueError("fl-supernode chooses --isolation itself; leave it out")
+    host = f"[{known.host}]" if ":" in known.host else known.host
+    return f"{host}:{known.port}"
+
+
+class LauncherWatch:
+    """The launcher child, and a thread that stops this node if it dies unexpectedly."""
+
+    def __init__(self, address: str) -> None:
+        read_end, self.wake = os.pipe()
+        os.set_blocking(self.wake, False)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "fl_system.supernode.launcher",
+                "--runtime-api-address", address,
+                "--wake-fd", str(read_end),
+                "--node-pid", str(os.getpid()),
+            ],
+            pass_fds=[read_end],
+        )  # fmt: skip
+        os.close(read_end)
+        self.stopping = False
+        self.died = False
+        threading.Thread(target=self._watch, name="launcher-watch", daemon=True).start()
+
+    def notify(self) -> None:
+        """A message was stored: the launcher should claim it now."""
+        # BlockingIOError: already woken; BrokenPipeError: gone (the watch thread handles it)
+        with contextlib.suppress(BlockingIOError, BrokenPipeError):
+            os.write(self.wake, b".")
+
+    def _watch(self) -> None:
+        code = self.proc.wait()
+        if self.stopping:
+            return
+        self.died = True
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        say(
+            f"error: the ClientApp launcher (pid {self.proc.pid}) ended with {how}; this "
+            "SuperNode stops so that the SuperLink reports it unavailable"
+        )
+        os.kill(os.getpid(), signal.SIGTERM)  # Flower's handler leaves the federation cleanly
+
+    def stop(self) -> None:
+        self.stopping = True
+        os.close(self.wake)  # the launcher exits when its end of the pipe closes
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    flower_args = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    try:
+        from fl_system.supernode import flwr_hooks
+
+        flwr_hooks.check()
+        schedule = PollSchedule.from_env()
+        address = runtime_api_address(flower_args)
+    except (ValueError, RuntimeError) as err:
+        say(f"error: {err}")
+        return 2
+    watch = LauncherWatch(address)
+    flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify)
+    code: int | str | None = 0
+    try:
+        flwr_hooks.run_supernode([*flower_args, "--isolation", flwr_hooks.ISOLATION])
+    except SystemExit as done:
+        code = done.code
+    finally:
+        watch.stop()
+    if watch.died:
+        return LAUNCHER_DIED
+    return code if isinstance(code, int) else (0 if code is None else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
