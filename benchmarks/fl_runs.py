@@ -7,6 +7,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,10 +33,23 @@ def output_tail(log: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(kept[-lines:])
 
 
-def run_fl(command: list[str], log: Path, timeout: float, env: dict[str, str]) -> None:
-    """Run fl-run to completion; raise BenchmarkError with its output's tail if it fails."""
+def run_fl(
+    command: list[str],
+    log: Path,
+    timeout: float,
+    env: dict[str, str],
+    *,
+    cwd: Path = ROOT,
+    on_start: Callable[[int], object] | None = None,
+) -> None:
+    """Run fl-run to completion; raise BenchmarkError with its output's tail if it fails.
+
+    `on_start` gets the process id as soon as it runs (e.g. to sample its process tree).
+    """
     with log.open("w") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        if on_start is not None:
+            on_start(proc.pid)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -5,8 +5,11 @@ and replies unpacked on arrival, so strategies see whole ArrayRecords on both si
 counted on the packed messages, i.e. what really travels.
 
 Flower's Grid sleeps 3 s between pulls; on small models that idles the server for most of a
-deployment round. Pulling is a cheap local call to the SuperLink, so poll quickly at first
-(replies from simulated clients come back within milliseconds) and back off to 0.2 s.
+round. Poll quickly at first and back off, but never to more than what pulling costs allows:
+the wait is capped at PULL_COST_FACTOR times the mean time of a pull, between
+FIRST_POLL_SECONDS and POLL_SECONDS. In simulation a pull is an in-process call (well under
+a millisecond), so the last reply is noticed within ~10 ms; over the SuperLink's API a pull
+takes milliseconds and the cap settles near 0.2 s, keeping the polling's CPU small.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from fl_system import protocol, wire
 
 FIRST_POLL_SECONDS = 0.005
 POLL_SECONDS = 0.2  # the slowest polling interval
+PULL_COST_FACTOR = 50  # wait at most this many pulls' time: polling costs <= ~2% of a core
 
 
 @dataclass(frozen=True)
@@ -56,13 +60,21 @@ def _push_and_pull(grid: Grid, messages: list[Message], timeout: float) -> list[
     pending = set(grid.push_messages(messages))
     deadline = time.monotonic() + timeout
     replies: list[Message] = []
-    wait = FIRST_POLL_SECONDS
+    wait, pulls, pulling = FIRST_POLL_SECONDS, 0, 0.0
     while pending:
+        start = time.monotonic()
         got = list(grid.pull_messages(pending))
+        pulls, pulling = pulls + 1, pulling + time.monotonic() - start
         replies.extend(got)
         pending.difference_update(m.metadata.reply_to_message_id for m in got)
         if not pending or time.monotonic() >= deadline:
             break
         time.sleep(wait)
-        wait = min(wait * 2, POLL_SECONDS)
+        wait = poll_wait(wait, pulling / pulls)
     return replies
+
+
+def poll_wait(previous: float, pull_seconds: float) -> float:
+    """The next wait: double the previous one, capped by what a pull costs."""
+    cap = min(POLL_SECONDS, max(FIRST_POLL_SECONDS, PULL_COST_FACTOR * pull_seconds))
+    return min(previous * 2, cap)

@@ -2,9 +2,10 @@
 
 Checks everything it can before Flower starts (partition id in range, files present,
 server reachable within --connect-timeout with a countdown, the server's TLS certificate
-verified against the CA, the authentication key readable), then runs `flower-supernode`
-in the foreground, echoing its output. If the server turns this node away (its key is not
-registered, or another node holds its partition id) it stops with that reason.
+verified against the CA, the authentication key readable), then runs `fl-supernode`
+(Flower's SuperNode with fast ClientApp launches) in the foreground, echoing its output.
+If the server turns this node away (its key is not registered, or another node holds its
+partition id) it stops with that reason.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from fl_system.launch.processes import free_port, tool_env
 # fl-server has registered the keys, so this is retried until --connect-timeout runs out.
 UNKNOWN_KEY = "Failed to activate SuperNode"
 RETRY_SECONDS = 5.0
-# Lines of flower-supernode's output that mean this node will not take part.
+# Lines of the SuperNode's output that mean this node will not take part.
 FATAL_OUTPUT = {
     protocol.TURNED_AWAY_LOG: None,  # our ClientApp's own line carries the reason
     "SSL/TLS handshake error detected": "the TLS handshake with the SuperLink failed: is "
@@ -112,7 +113,7 @@ def node_config(args: argparse.Namespace) -> str:
 
 def supernode_command(args: argparse.Namespace, config: str) -> list[str]:
     cmd = [
-        "flower-supernode",
+        "fl-supernode",
         "--superlink",
         args.server,
         "--node-config",
@@ -172,12 +173,12 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 130
     if code != 0:
-        print(f"fl-client: error: flower-supernode exited with code {code} (output above)")
+        print(f"fl-client: error: the SuperNode exited with code {code} (output above)")
     return 1 if code else 0
 
 
 def _run_supernode(args: argparse.Namespace, config: str) -> int:
-    """flower-supernode until it ends (its exit code) or says it will not take part."""
+    """The SuperNode until it ends (its exit code) or says it will not take part."""
     # its own session: we stop its whole tree (ClientApp processes) ourselves
     proc = start_piped(supernode_command(args, config), tool_env(), own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))

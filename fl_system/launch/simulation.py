@@ -21,6 +21,8 @@ from fl_system.launch.processes import ProcessGroup, tool_env
 from fl_system.progress import follow_run
 from fl_system.run_dir import RunPaths
 
+PICKUP_SECONDS = 0.01  # how often the engine looks for new messages (Flower's: 0.1 s)
+
 
 class SimulationRuntime:
     """Runs the same ServerApp and ClientApp in one process tree, clients in Ray workers."""
@@ -58,7 +60,11 @@ def _simulate(config_json: str, client_cpus: float, client_gpus: float) -> None:
     from flwr.simulation import run_simulation
 
     from client_app.app import app as client_app
+    from fl_system.supernode import flwr_hooks
     from server_app.app import server_app_for
+
+    flwr_hooks.check()
+    flwr_hooks.fast_simulation_pickup(PICKUP_SECONDS)
 
     logging.getLogger("flwr").setLevel(logging.INFO)
     num_clients = int(json.loads(config_json)["num_clients"])

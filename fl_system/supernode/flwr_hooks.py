@@ -28,12 +28,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Queue
+from threading import Event
 
 import flwr.cli.install as flwr_install
+import flwr.server.superlink.fleet.vce.vce_api as flwr_simulation_engine
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import flwr.supernode.start_client_internal as flwr_supernode_loop
+from flwr.app import Message
 from flwr.common.constant import ISOLATION_MODE_PROCESS
 from flwr.proto.runtime_pb2 import ClaimTaskRequest, PullPendingTasksRequest
+from flwr.server.superlink.linkstate import LinkState
 from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
@@ -48,6 +53,7 @@ ISOLATION = ISOLATION_MODE_PROCESS  # the SuperNode serves the Runtime API; we l
 IDLE_PULL_SLEEP = 3  # flwr's sleep after a pull that found no message
 REPLY_SLEEP = 0.5  # flwr's sleep while waiting for the ClientApp's reply (and its objects)
 TELEMETRY_ENV = "FLWR_TELEMETRY_ENABLED"
+SIMULATION_PICKUP = 0.1  # flwr's simulation engine looks for new messages this often
 
 
 class FlwrInternalsChanged(RuntimeError):
@@ -79,6 +85,9 @@ def check() -> None:
     for name in ("PullPendingTasks", "ClaimTask"):
         if not hasattr(RuntimeHttpClient, name):
             problems.append(f"RuntimeHttpClient has no {name}")
+    pickup = inspect.getsource(flwr_simulation_engine.add_messages_to_queue)
+    if f"f_stop.wait({SIMULATION_PICKUP})" not in pickup or "get_message_ins" not in pickup:
+        problems.append("the simulation engine no longer picks messages up as it did")
     if problems:
         raise FlwrInternalsChanged(
             "the installed flwr differs from the 1.36 internals fl_system's SuperNode uses: "
@@ -252,3 +261,23 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ----- the simulation engine ------------------------------------------------------------------
+def fast_simulation_pickup(interval: float) -> None:
+    """Make Flower's simulation engine look for new messages every `interval` seconds.
+
+    It sweeps the nodes for messages every 0.1 s; a round's messages all wait for the next
+    sweep, which is a fifth of a small model's round. A sweep is a few in-memory lookups.
+    """
+
+    def add_messages_to_queue(
+        state: LinkState, queue: Queue[Message], nodes_mapping: dict[int, int], f_stop: Event
+    ) -> None:
+        while not f_stop.is_set():
+            for node_id in nodes_mapping:
+                for msg in state.get_message_ins(node_id=node_id, limit=1):
+                    queue.put(msg)
+            f_stop.wait(interval)
+
+    flwr_simulation_engine.add_messages_to_queue = add_messages_to_queue
