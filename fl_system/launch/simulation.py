@@ -60,7 +60,7 @@ def _simulate(config_json: str, client_cpus: float, client_gpus: float) -> None:
     from flwr.simulation import run_simulation
 
     from client_app.app import app as client_app
-    from fl_system.supernode import flwr_hooks
+    from fl_system import flwr_hooks
     from server_app.app import server_app_for
 
     flwr_hooks.check()

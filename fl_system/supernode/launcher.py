@@ -58,7 +58,7 @@ class Launcher:
     """Claims tasks and forks children; reaps them and reports those that died abnormally."""
 
     def __init__(self, runtime_api_address: str, wake_fd: int, node_pid: int) -> None:
-        from fl_system.supernode import flwr_hooks
+        from fl_system import flwr_hooks
 
         self.hooks = flwr_hooks
         self.claimer = flwr_hooks.TaskClaimer(runtime_api_address)
@@ -106,13 +106,15 @@ class Launcher:
             task_id, start = self.children.pop(pid, (None, time.monotonic()))
             seconds = time.monotonic() - start
             took = f"ClientApp task {task_id} (pid {pid}) ended after {seconds:.2f} s"
-            if os.waitstatus_to_exitcode(status) == 0:
-                say(took)
-            else:
+            if os.WIFSIGNALED(status):
                 say(
-                    f"ERROR: {took} with {_describe(status)}; if it sent no reply, the "
-                    "SuperNode sends an error reply once the task's heartbeat expires"
+                    f"ERROR: {took} with {_describe(status)}: it sent no reply, so the SuperNode "
+                    "sends an error reply once the task's heartbeat expires (about 60 s)"
                 )
+            elif os.WEXITSTATUS(status) != 0:
+                say(f"ERROR: {took} with {_describe(status)} (its error reply went to the server)")
+            else:
+                say(took)
 
 
 def _run_child(launcher: Launcher, task: object) -> None:
@@ -169,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     try:
         seconds = preload()
-        from fl_system.supernode import flwr_hooks
+        from fl_system import flwr_hooks
 
         flwr_hooks.check()
         flwr_hooks.install_fab_cache()

@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flower_args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     try:
-        from fl_system.supernode import flwr_hooks
+        from fl_system import flwr_hooks
 
         flwr_hooks.check()
         schedule = PollSchedule.from_env()

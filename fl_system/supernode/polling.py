@@ -38,8 +38,8 @@ class PollSchedule:
                 raise ValueError(f"poll interval '{name}' must be in (0, 60] s, got {value}")
         if self.active > self.idle:
             raise ValueError(f"active poll {self.active} s is longer than idle poll {self.idle} s")
-        if self.active_window < 0:
-            raise ValueError(f"active window must be >= 0 s, got {self.active_window}")
+        if not self.active_window >= 0:  # also rejects NaN
+            raise ValueError(f"'active_window' must be >= 0 s, got {self.active_window}")
 
     def wait(self, since_last_message: float) -> float:
         """Seconds to sleep after an empty pull, `since_last_message` seconds after one."""

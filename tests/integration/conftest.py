@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from fl_system.devices import THREADS_ENV
 from fl_system.launch.processes import ProcessGroup, descendants, free_port, port_open, tool_env
+from fl_system.results import METRIC_COLUMNS, MetricsLog
 
 FL_RUN = shutil.which("fl-run", path=str(Path(sys.executable).parent)) or "fl-run"
 
@@ -22,13 +25,18 @@ FL_RUN = shutil.which("fl-run", path=str(Path(sys.executable).parent)) or "fl-ru
 QUICK = ["dataset=digits", "model=mlp", "num_clients=2", "train.batch_size=64"]
 
 
+def env_in(root: Path) -> dict[str, str]:
+    """fl-run's environment with a private partition cache under `root`."""
+    env = dict(os.environ)
+    env["FL_CACHE_DIR"] = str(root / "node-cache")
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """A private partition cache per test, so tests never share node state."""
-    env = dict(os.environ)
-    env["FL_CACHE_DIR"] = str(tmp_path / "node-cache")
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return env
+    return env_in(tmp_path)
 
 
 def run_cli(
@@ -42,6 +50,42 @@ def run_cli(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+SUMMARY_KEYS = {
+    "final_accuracy",
+    "best_accuracy",
+    "rounds",
+    "rounds_to_target",
+    "seconds_to_target",
+    "bytes_up",
+    "bytes_down",
+    "wall_seconds",
+}
+# The quick config's MLP in float32 bytes: what each client receives and sends per round.
+MLP_BYTES = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
+
+
+def check_two_round_run(result: subprocess.CompletedProcess[str], run_dir: Path) -> None:
+    """What a successful 2-round, 2-client run of the quick config leaves behind."""
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "final accuracy" in result.stdout
+    assert f"run directory: {run_dir}" in result.stdout
+    for name in ("config.yaml", "metrics.csv", "summary.json", "curve.png", "checkpoint.npz"):
+        assert (run_dir / name).is_file(), name
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [r["round"] for r in rows] == ["1", "2"]
+    assert set(METRIC_COLUMNS) <= set(rows[0])
+    assert all(r["participants"] == "2" and r["failures"] == "0" for r in rows)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary) >= SUMMARY_KEYS
+    assert summary["rounds"] == 2 and 0.0 <= summary["final_accuracy"] <= 1.0
+    # Every participant's aggregation weight is recorded, and they sum to one.
+    weights = [float(rows[1][f"weight_{pid}"]) for pid in range(2)]
+    assert sum(weights) == pytest.approx(1.0)
+    # Real bytes crossed gRPC: at least the MLP's float32 weights, each way, per client.
+    assert int(rows[1]["bytes_down"]) >= 2 * MLP_BYTES
+    assert int(rows[1]["bytes_up"]) >= 2 * MLP_BYTES
 
 
 @dataclass(frozen=True)
@@ -87,7 +131,8 @@ class HandStartedFederation:
 
     def __init__(self, root: Path, env: dict[str, str]) -> None:
         self.root = root
-        self.env = tool_env(env)
+        # One torch thread per ClientApp, as runtime=local sets: nodes share this machine's cores.
+        self.env = tool_env({THREADS_ENV: "1", **env})
         self.procs = ProcessGroup()
         self.fleet, self.control = free_port(), free_port()
         self.nodes: dict[int, subprocess.Popen] = {}
@@ -111,18 +156,23 @@ class HandStartedFederation:
             assert time.monotonic() < deadline, "SuperLink not up after 60 s"
             time.sleep(0.2)
 
-    def start_supernode(self, partition_id: int, num_partitions: int, log_name: str) -> None:
+    def start_supernode(
+        self, partition_id: int, num_partitions: int, log_name: str, node_config: str = ""
+    ) -> subprocess.Popen:
+        """An `fl-supernode`; `node_config` adds entries (e.g. `data-dir=...`) to its config."""
+        config = f"partition-id={partition_id} num-partitions={num_partitions} {node_config}"
         self.nodes[partition_id] = self.procs.start(
             f"supernode {partition_id}",
             [
-                "flower-supernode", "--insecure",
+                "fl-supernode", "--insecure",
                 "--superlink", f"127.0.0.1:{self.fleet}",
-                "--node-config", f"partition-id={partition_id} num-partitions={num_partitions}",
+                "--node-config", config.strip(),
                 "--port", str(free_port()),
             ],
             self.root / log_name,
             self.env,
         )  # fmt: skip
+        return self.nodes[partition_id]
 
     def stop_supernode(self, partition_id: int) -> None:
         proc = self.nodes.pop(partition_id)

@@ -1,4 +1,4 @@
-"""Everything our SuperNode relies on inside flwr 1.36 that is not public API, in one place.
+"""Everything we rely on inside flwr 1.36 that is not public API, in one place.
 
 Flower's protocol stays as it is: the SuperNode pulls messages over gRPC, stores each one as a
 task, a SuperExec-style launcher claims the task for a token, and the ClientApp runs Flower's
@@ -10,10 +10,11 @@ only *how fast* that happens:
   `flwr.supernode.start_client_internal`;
 - the launcher claims tasks with Flower's Runtime API client and `ClientAppExecPlugin`, and
   starts each ClientApp in a forked child instead of a fresh `flwr-clientapp` interpreter;
-- the FAB is installed once per machine and hash, not unzipped and re-verified per message.
+- the FAB is installed once per machine and hash, not unzipped and re-verified per message;
+- the simulation engine looks for new messages more often than every 0.1 s.
 
-`check()` verifies that the pinned flwr still has all of this; the node and launcher call it
-at start-up, and a unit test calls it so an flwr upgrade fails loudly.
+`check()` verifies that the pinned flwr still has all of this; the node, the launcher and the
+simulation call it at start-up, and a unit test calls it so an flwr upgrade fails loudly.
 """
 
 from __future__ import annotations

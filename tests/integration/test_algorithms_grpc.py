@@ -1,0 +1,91 @@
+"""Every algorithm over real gRPC, submitted one run after another to one shared federation.
+
+Starting a SuperLink and two SuperNodes costs more than a two-round run of the quick config,
+so the federation is started once per module (as a user starts one by hand) and each
+algorithm is a separate `fl-run runtime=remote` against it. Sharing is safe: every run gets a
+new run id, and client state (SCAFFOLD's c_i, FedDyn's and MOON's) is keyed by it. Pytest runs
+a module's tests one at a time, so runs never overlap on the federation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fl_system.devices import THREADS_ENV
+from tests.integration.conftest import (
+    QUICK,
+    HandStartedFederation,
+    check_two_round_run,
+    env_in,
+    run_cli,
+)
+
+pytestmark = pytest.mark.integration
+
+ALGORITHMS = {
+    "fedavg": ["algorithm=fedavg"],
+    "fedprox": ["algorithm=fedprox"],
+    "feddisco": ["algorithm=feddisco"],
+    "scaffold": ["algorithm=scaffold"],
+    "fednova": ["algorithm=fednova"],
+    "feddyn": ["algorithm=feddyn"],
+    "moon": ["algorithm=moon"],
+    "scaffold+disco": ["algorithm=scaffold", "algorithm.disco.enabled=true"],
+}
+
+
+@pytest.fixture(scope="module")
+def federation_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shared-federation")
+
+
+@pytest.fixture(scope="module")
+def shared_env(federation_root: Path) -> dict[str, str]:
+    """One environment for the federation and its runs: own cache, client state, FLWR_HOME."""
+    env = env_in(federation_root)
+    env["FL_STATE_DIR"] = str(federation_root / "node-state")
+    env["FLWR_HOME"] = str(federation_root / "flwr-home")
+    env[THREADS_ENV] = "1"  # two nodes' ClientApps share this machine's cores, as in runtime=local
+    return env
+
+
+@pytest.fixture(scope="module")
+def federation(
+    federation_root: Path, shared_env: dict[str, str]
+) -> Iterator[HandStartedFederation]:
+    """A SuperLink and two fl-supernodes, started once for all the runs of this module."""
+    federation = HandStartedFederation(federation_root, shared_env)
+    try:
+        federation.start_superlink()
+        for pid in range(2):
+            federation.start_supernode(pid, 2, f"supernode-{pid}.log")
+        yield federation
+    finally:
+        federation.stop()
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_two_rounds_over_grpc(
+    algorithm: str, federation: HandStartedFederation, shared_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two rounds of each algorithm across process boundaries, with the run's records."""
+    node_logs = [federation.root / f"supernode-{pid}.log" for pid in range(2)]
+    log_starts = [log.stat().st_size for log in node_logs]  # this run's lines follow these
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [
+            *ALGORITHMS[algorithm], *QUICK, "num_rounds=2", *federation.remote_args(),
+            f"hydra.run.dir={run_dir}",
+        ],
+        shared_env,
+    )  # fmt: skip
+    check_two_round_run(result, run_dir)
+    # Both SuperNodes ran this run's ClientApps in their own processes, and are still up.
+    for log, start in zip(node_logs, log_starts, strict=True):
+        with open(log, "rb") as handle:
+            handle.seek(start)
+            assert b"ClientApp task" in handle.read(), log
+    assert federation.procs.first_dead() is None, "a process of the shared federation died"

@@ -1,0 +1,263 @@
+"""fl-supernode's failure handling: a dead launcher, a hard-killed ClientApp, a raising one.
+
+Each test starts its own federation (a SuperLink and two fl-supernodes) because it breaks a
+node on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fl_system.data.node_dir import TRAIN_FILE
+from fl_system.devices import THREADS_ENV
+from fl_system.launch.processes import alive, descendants
+from fl_system.results import MetricsLog
+from tests.integration.conftest import FL_RUN, QUICK, HandStartedFederation
+
+pytestmark = pytest.mark.integration
+
+LAUNCHER_MODULE = b"fl_system.supernode.launcher"
+
+
+# ----- helpers --------------------------------------------------------------------------------
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) from /proc/<pid>/stat, or None once the pid is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid` (zombies included)."""
+    return sorted(p for p in descendants(pid) if (s := _stat(p)) is not None and s[1] == pid)
+
+
+def _zombies(pid: int) -> list[int]:
+    return [p for p in _children(pid) if (s := _stat(p)) is not None and s[0] == "Z"]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _wait_for(what: str, check: Callable[[], Any], timeout: float, poll: float = 0.1) -> Any:
+    """check()'s first truthy value within `timeout` seconds, else fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if value := check():
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(poll)
+
+
+def _launcher_of(node: subprocess.Popen) -> int:
+    """The node's ClientApp launcher: its child running fl_system.supernode.launcher (forked
+    ClientApps share that command line, but they are the launcher's children, not the node's)."""
+
+    def find() -> int | None:
+        found = [p for p in _children(node.pid) if LAUNCHER_MODULE in _cmdline(p)]
+        assert len(found) <= 1, found
+        return found[0] if found else None
+
+    return _wait_for("the node's launcher", find, timeout=30)
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    path = run_dir / "metrics.csv"
+    return MetricsLog(path).rows() if path.exists() else []
+
+
+class Submitted:
+    """`fl-run runtime=remote` in the background, its output in files."""
+
+    def __init__(self, root: Path, args: list[str], env: dict[str, str]) -> None:
+        self.err = root / "fl-run.err"
+        with open(root / "fl-run.out", "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [FL_RUN, *args], env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL
+            )
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"fl-run still running after {timeout} s:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return self.err.read_text(errors="replace")[-3000:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Federation(HandStartedFederation):
+    """A hand-started federation that also submits runs (in the background) to itself."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        super().__init__(root, env)
+        self.run_env = env
+
+    def submit(self, run_dir: Path, *args: str) -> Submitted:
+        return Submitted(
+            run_dir.parent,
+            [*QUICK, *args, *self.remote_args(), f"hydra.run.dir={run_dir}"],
+            self.run_env,
+        )
+
+
+@pytest.fixture
+def federation(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Federation]:
+    """A SuperLink alone; each test starts its own (possibly broken) fl-supernodes."""
+    env = {
+        **cli_env,
+        "FL_STATE_DIR": str(tmp_path / "node-state"),
+        "FLWR_HOME": str(tmp_path / "flwr-home"),
+        THREADS_ENV: "1",  # two nodes' ClientApps share this machine's cores, as in runtime=local
+    }
+    federation = Federation(tmp_path, env)
+    try:
+        federation.start_superlink()
+        yield federation
+    finally:
+        federation.stop()
+
+
+# ----- a. the launcher dies -------------------------------------------------------------------
+def test_a_killed_launcher_stops_its_node_and_the_run_goes_on(
+    federation: Federation, tmp_path: Path
+) -> None:
+    """Without its launcher a node would take messages it can never answer; it must leave,
+    so that the SuperLink reports it unavailable and the run continues with the others."""
+    node = federation.start_supernode(0, 2, "supernode-0.log")
+    federation.start_supernode(1, 2, "supernode-1.log")
+    launcher = _launcher_of(node)
+    run_dir = tmp_path / "run"
+    # 50 local epochs: rounds of a second or two, so the kill lands mid-run.
+    run = federation.submit(run_dir, "num_rounds=6", "train.local_epochs=50")
+    try:
+        _wait_for("a first round", lambda: _rows(run_dir), timeout=120)
+        rounds_before = len(_rows(run_dir))
+        tree = descendants(node.pid) | {node.pid}
+        os.kill(launcher, signal.SIGKILL)
+
+        assert node.wait(timeout=30) == 1  # exits by itself, with the launcher's exit code
+        log = (tmp_path / "supernode-0.log").read_text()
+        said = f"the ClientApp launcher (pid {launcher}) ended with signal SIGKILL"
+        assert said in log, log[-3000:]
+
+        assert run.wait(timeout=150) == 0, run.tail()
+    finally:
+        run.kill()
+    rows = _rows(run_dir)
+    assert [r["round"] for r in rows] == [str(r) for r in range(1, 7)]
+    assert rounds_before < 6, "the run ended before the launcher was killed"
+    # The round in flight loses node 0 ("node unavailable": a failure) unless node 0 had
+    # replied already; every later round runs with node 1 alone.
+    after = rows[rounds_before:]
+    assert any(r["participants"] == "1" or int(r["failures"]) >= 1 for r in after), after
+    assert all(r["participants"] == "1" for r in after[1:]), after
+    _wait_for("every process of node 0 gone", lambda: not any(map(alive, tree)), timeout=15)
+
+
+# ----- b. a ClientApp killed hard -------------------------------------------------------------
+def test_a_hard_killed_clientapp_is_reported_and_reaped(
+    federation: Federation, tmp_path: Path
+) -> None:
+    """A ClientApp that dies by a signal sends no reply: the launcher must say so, reap it,
+    and keep serving; the round goes on without that node after round_timeout."""
+    node = federation.start_supernode(0, 2, "supernode-0.log")
+    federation.start_supernode(1, 2, "supernode-1.log")
+    launcher = _launcher_of(node)
+    run_dir = tmp_path / "run"
+    # Slow local training, so that a ClientApp lives long enough to be hit.
+    run = federation.submit(run_dir, "num_rounds=6", "round_timeout=20", "train.local_epochs=100")
+    try:
+        _wait_for("a first round", lambda: _rows(run_dir), timeout=120)
+        old = set(_children(launcher))
+        child = _wait_for(
+            "a round-2 ClientApp",
+            lambda: next((p for p in _children(launcher) if p not in old), None),
+            timeout=30,
+            poll=0.02,
+        )
+        time.sleep(0.5)  # into its training (a task takes seconds at 100 epochs)
+        assert len(_rows(run_dir)) == 1, "the round ended before its ClientApp could be killed"
+        os.kill(child, signal.SIGKILL)
+
+        log_path = tmp_path / "supernode-0.log"
+        error = re.compile(
+            rf"ERROR: ClientApp task \d+ \(pid {child}\) ended after [\d.]+ s with signal SIGKILL"
+        )
+        found = _wait_for(
+            "the launcher's error line", lambda: error.search(log_path.read_text()), 10
+        )
+        time.sleep(2)
+        assert _zombies(launcher) == []
+        assert node.poll() is None  # a lost ClientApp does not stop the node
+
+        assert run.wait(timeout=150) == 0, run.tail()
+        # The launcher kept serving: tasks after the killed one ended normally.
+        served = re.compile(r"\] ClientApp task \d+ \(pid \d+\) ended after [\d.]+ s$", re.M)
+        _wait_for(
+            "a ClientApp task served after the kill",
+            lambda: served.search(log_path.read_text(), found.end()),
+            timeout=30,
+        )
+        assert _zombies(launcher) == []
+        assert node.poll() is None
+    finally:
+        run.kill()
+    rows = _rows(run_dir)
+    assert [r["round"] for r in rows] == [str(r) for r in range(1, 7)]
+    assert rows[1]["participants"] == "1" and rows[1]["failures"] == "1"
+
+
+# ----- c. a ClientApp that raises -------------------------------------------------------------
+def test_a_raising_clientapp_fails_its_round_at_once(
+    federation: Federation, tmp_path: Path
+) -> None:
+    """An exception in the ClientApp becomes an error reply right away, not after the
+    SuperNode's heartbeat expires (about 60 s): the round records the failure and goes on."""
+    bad = tmp_path / "bad-data"
+    bad.mkdir()
+    (bad / TRAIN_FILE).write_bytes(b"this is not a numpy archive")
+    federation.start_supernode(0, 2, "supernode-0.log")
+    node = federation.start_supernode(1, 2, "supernode-1.log", node_config=f'data-dir="{bad}"')
+    launcher = _launcher_of(node)
+    run_dir = tmp_path / "run"
+    run = federation.submit(run_dir, "num_rounds=2")
+    try:
+        assert run.wait(timeout=150) == 0, run.tail()
+    finally:
+        run.kill()
+    rows = _rows(run_dir)
+    assert [r["round"] for r in rows] == ["1", "2"]
+    assert all(r["participants"] == "1" and r["failures"] == "1" for r in rows), rows
+    # Round 2 is only the failing exchange: seconds, far below the 60 s heartbeat expiry.
+    assert float(rows[1]["wall_seconds"]) - float(rows[0]["wall_seconds"]) < 20
+    # The server names the failing node and the ClientApp's own error.
+    node_id = re.search(r"SuperNode ID: (\d+)", (tmp_path / "supernode-1.log").read_text())
+    assert node_id is not None
+    server_log = (run_dir / "logs" / "serverapp.log").read_text()
+    dropped = re.findall(rf"round (\d): node {node_id.group(1)} dropped: (.*)", server_log)
+    assert [r for r, _ in dropped] == ["1", "2"], server_log[-3000:]
+    assert all("DataError" in why and str(bad / TRAIN_FILE) in why for _, why in dropped)
+    time.sleep(1)
+    assert _zombies(launcher) == []
+    assert node.poll() is None  # a failing ClientApp does not stop its node

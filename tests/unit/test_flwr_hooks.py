@@ -1,0 +1,212 @@
+"""The flwr internals fl-supernode patches: checked at start-up so an flwr upgrade fails loudly."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import types
+from pathlib import Path
+
+import flwr.cli.install as flwr_install
+import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
+import flwr.supernode.start_client_internal as flwr_loop
+import pytest
+from flwr.supercore.runtime import RuntimeHttpClient
+
+from fl_system import flwr_hooks
+from fl_system.flwr_hooks import FlwrInternalsChanged
+from fl_system.supernode.node import runtime_api_address
+from fl_system.supernode.polling import PollSchedule
+
+
+def test_check_passes_on_the_pinned_flwr() -> None:
+    flwr_hooks.check()
+
+
+def _changed(monkeypatch: pytest.MonkeyPatch, target: str, value: object) -> str:
+    """check()'s message after replacing `target` (undone after the test)."""
+    monkeypatch.setattr(target, value)
+    with pytest.raises(FlwrInternalsChanged) as raised:
+        flwr_hooks.check()
+    return str(raised.value)
+
+
+def test_a_loop_without_the_time_module_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The poll schedule works by swapping `time` in the SuperNode loop's module."""
+    fake = types.SimpleNamespace(sleep=time.sleep, monotonic=time.monotonic)
+    message = _changed(monkeypatch, "flwr.supernode.start_client_internal.time", fake)
+    assert "start_client_internal no longer imports the time module" in message
+    assert "1.36" in message  # says which flwr the code was written against
+
+
+def test_a_fab_install_not_through_install_from_fab_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The FAB cache replaces run_clientapp's install_from_fab; another function would bypass it."""
+
+    def other_install(fab_file: bytes, install_dir: Path | None = None) -> Path:
+        raise AssertionError("never called")
+
+    message = _changed(
+        monkeypatch, "flwr.supernode.runtime.run_clientapp.install_from_fab", other_install
+    )
+    assert "run_clientapp no longer installs FABs through install_from_fab" in message
+
+
+def test_a_loop_without_the_sleeps_and_pull_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every problem is listed at once, so one upgrade attempt shows all the work."""
+
+    def start_client_internal() -> None:
+        time.sleep(5)
+
+    message = _changed(
+        monkeypatch, "flwr.supernode.start_client_internal.start_client_internal",
+        start_client_internal,
+    )  # fmt: skip
+    assert "start_client_internal no longer sleeps time.sleep(3)" in message
+    assert "start_client_internal no longer calls _pull_and_store_message" in message
+    assert "_push_messages" not in message  # only what changed is reported
+
+
+def test_a_reply_wait_without_its_sleep_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def _push_messages() -> None:
+        time.sleep(1)
+
+    message = _changed(monkeypatch, "flwr.supernode.start_client_internal._push_messages",
+                       _push_messages)  # fmt: skip
+    assert "_push_messages no longer sleeps time.sleep(0.5)" in message
+
+
+def test_a_changed_run_clientapp_signature_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run_clientapp(runtime_api_address: str, token: str) -> None:
+        raise AssertionError("never called")
+
+    message = _changed(
+        monkeypatch, "flwr.supernode.runtime.run_clientapp.run_clientapp", run_clientapp
+    )
+    assert "run_clientapp lacks parameters ['certificates', 'insecure', 'parent_pid']" in message
+
+
+def test_a_runtime_client_without_claim_task_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher claims tasks through these two Runtime API calls."""
+    monkeypatch.delattr(RuntimeHttpClient, "ClaimTask")
+    with pytest.raises(FlwrInternalsChanged, match="RuntimeHttpClient has no ClaimTask"):
+        flwr_hooks.check()
+
+
+def test_a_changed_execution_spec_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    @dataclasses.dataclass
+    class ExecutionSpec:
+        runtime_api_address: str
+        token: str
+
+    monkeypatch.setattr(flwr_hooks, "ExecutionSpec", ExecutionSpec)
+    with pytest.raises(FlwrInternalsChanged, match="ExecutionSpec changed its fields"):
+        flwr_hooks.check()
+
+
+def test_a_changed_simulation_pickup_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime=simulation replaces the engine's 0.1 s message sweep; a new sweep must be seen."""
+
+    def add_messages_to_queue(state: object, queue: object, nodes: object, f_stop: object) -> None:
+        raise AssertionError("never called")
+
+    message = _changed(
+        monkeypatch,
+        "flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue",
+        add_messages_to_queue,
+    )
+    assert "the simulation engine no longer picks messages up as it did" in message
+
+
+# ----- what the hooks do once installed ----------------------------------------------------
+class _FakeTime:
+    """Stands in for the time module: a settable clock and a record of sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def test_the_node_loop_sleeps_by_the_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower's 3 s idle sleep follows the schedule, its 0.5 s reply wait becomes `reply`,
+    and a pulled message restarts the active window."""
+    fake = _FakeTime()
+    monkeypatch.setattr(flwr_hooks, "time", fake)
+    run_ids = iter([None, 7])
+    monkeypatch.setattr(flwr_loop, "_pull_and_store_message", lambda *a, **k: next(run_ids))
+    monkeypatch.setattr(flwr_loop, "time", flwr_loop.time)  # restored after the test
+    woken: list[int] = []
+    schedule = PollSchedule(active=0.1, idle=3.0, active_window=30.0, reply=0.02)
+    flwr_hooks.install_poll_schedule(schedule, on_message=lambda: woken.append(1))
+
+    clock = flwr_loop.time
+    clock.sleep(3)
+    fake.now += 31.0  # past the window: backing off
+    clock.sleep(3)
+    clock.sleep(0.5)
+    clock.sleep(1.25)  # any other sleep is left alone
+    assert fake.slept == [0.1, 1.6, 0.02, 1.25]
+    assert clock.monotonic() == fake.now  # everything else is the real module's
+
+    assert flwr_loop._pull_and_store_message() is None
+    assert woken == []
+    assert flwr_loop._pull_and_store_message() == 7  # a message: wake the launcher
+    assert woken == [1]
+    clock.sleep(3)
+    assert fake.slept[-1] == 0.1  # active again
+
+
+def test_a_fab_is_installed_once_per_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Flower installs the FAB for every message; the cache installs each FAB once."""
+    installs: list[bytes] = []
+
+    def install(fab_file: bytes, install_dir: Path | None = None, **kwargs: object) -> Path:
+        installs.append(fab_file)
+        path = tmp_path / "apps" / f"app-{len(installs)}"
+        path.mkdir(parents=True)
+        (path / "module.py").write_text("VALUE = 1\n")
+        return path
+
+    monkeypatch.setattr(flwr_install, "install_from_fab", install)
+    monkeypatch.setattr(flwr_run_clientapp, "install_from_fab", flwr_run_clientapp.install_from_fab)
+    flwr_hooks.install_fab_cache()
+
+    first = flwr_run_clientapp.install_from_fab(b"fab one", tmp_path)
+    again = flwr_run_clientapp.install_from_fab(b"fab one", tmp_path)
+    other = flwr_run_clientapp.install_from_fab(b"fab two", tmp_path)
+    assert installs == [b"fab one", b"fab two"]
+    assert first == again == tmp_path / "apps" / "app-1"
+    assert other == tmp_path / "apps" / "app-2"
+    assert list((first / "__pycache__").glob("module.*.pyc"))  # byte-compiled once, here
+
+
+# ----- where the launcher finds the SuperNode's Runtime API --------------------------------
+@pytest.mark.parametrize(
+    ("args", "address"),
+    [
+        ([], "127.0.0.1:9094"),
+        (["--insecure", "--superlink", "10.0.0.1:9092"], "127.0.0.1:9094"),
+        (["--port", "19094"], "127.0.0.1:19094"),
+        (["--host", "0.0.0.0", "--port=5000"], "0.0.0.0:5000"),
+        (["--host=node.example", "--port", "1"], "node.example:1"),
+        (["--host", "::1", "--port", "9094"], "[::1]:9094"),
+        (["--host", "fe80::1:2", "--node-config", "partition-id=0"], "[fe80::1:2]:9094"),
+    ],
+)
+def test_runtime_api_address(args: list[str], address: str) -> None:
+    assert runtime_api_address(args) == address
+
+
+@pytest.mark.parametrize("args", [["--isolation", "subprocess"], ["--isolation=process"]])
+def test_isolation_is_rejected(args: list[str]) -> None:
+    """fl-supernode must run in process isolation with its own launcher; a user's choice
+    would silently run Flower's per-message interpreters instead."""
+    with pytest.raises(ValueError, match="--isolation"):
+        runtime_api_address(["--insecure", *args])
