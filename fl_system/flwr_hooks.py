@@ -25,9 +25,9 @@ import fcntl
 import hashlib
 import inspect
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
 from threading import Event
@@ -53,7 +53,6 @@ from fl_system.supernode.polling import PollSchedule
 ISOLATION = ISOLATION_MODE_PROCESS  # the SuperNode serves the Runtime API; we launch apps
 IDLE_PULL_SLEEP = 3  # flwr's sleep after a pull that found no message
 REPLY_SLEEP = 0.5  # flwr's sleep while waiting for the ClientApp's reply (and its objects)
-TELEMETRY_ENV = "FLWR_TELEMETRY_ENABLED"
 SIMULATION_PICKUP = 0.1  # flwr's simulation engine looks for new messages this often
 
 
@@ -91,7 +90,7 @@ def check() -> None:
         problems.append("the simulation engine no longer picks messages up as it did")
     if problems:
         raise FlwrInternalsChanged(
-            "the installed flwr differs from the 1.36 internals fl_system's SuperNode uses: "
+            "the installed flwr differs from the 1.36 internals fl_system relies on: "
             + "; ".join(problems)
         )
 
@@ -133,21 +132,11 @@ def install_poll_schedule(schedule: PollSchedule, on_message: Callable[[], None]
 
 def run_supernode(flower_args: list[str]) -> None:
     """Flower's `flower-supernode` main in this process, with `flower_args` as its argv."""
-    import sys
-
     sys.argv = ["flower-supernode", *flower_args]
     flower_supernode()
 
 
 # ----- the launcher process -------------------------------------------------------------------
-@dataclass(frozen=True)
-class ClaimedTask:
-    """A ClientApp task this launcher holds the token for."""
-
-    task_id: int
-    spec: ExecutionSpec
-
-
 class _Collect:
     """Flower's Executor protocol: remembers specs instead of starting processes."""
 
@@ -182,7 +171,7 @@ class TaskClaimer:
             executor=self.collect,
         )
 
-    def claim_pending(self) -> Iterator[ClaimedTask]:
+    def claim_pending(self) -> Iterator[ExecutionSpec]:
         """Every task pending now, claimed; Flower's plugin builds each one's spec."""
         while True:
             pending = self.client.PullPendingTasks(request=PullPendingTasksRequest()).tasks
@@ -194,8 +183,7 @@ class TaskClaimer:
                 continue
             self.collect.specs.clear()
             self.plugin.launch_task(token=token, task=task)
-            for spec in self.collect.specs:
-                yield ClaimedTask(task.task_id, spec)
+            yield from self.collect.specs
 
     def close(self) -> None:
         self.client.close()

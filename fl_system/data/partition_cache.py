@@ -42,20 +42,19 @@ def cached_partition(
         return f["x"], f["y"]
 
 
-def prepare(cfg: DictConfig, root: Path, partition_ids: list[int] | None = None) -> int:
-    """Cache the given partitions (all by default) that are missing; returns how many."""
+def prepare(cfg: DictConfig, root: Path, partition_ids: list[int] | None = None) -> None:
+    """Cache the given partitions (all by default) that are missing."""
     num_partitions = int(cfg.num_clients)
     wanted = range(num_partitions) if partition_ids is None else partition_ids
     missing = [p for p in wanted if not partition_file(cfg, p, root).is_file()]
     if not missing:
-        return 0
+        return
     data = load_dataset(cfg)
     indices = partition_indices(cfg, num_partitions)
     root.mkdir(parents=True, exist_ok=True)
     for pid in missing:
         idx = indices[pid]
         _write_atomically(partition_file(cfg, pid, root), data.x_train[idx], data.y_train[idx])
-    return len(missing)
 
 
 def _write_atomically(path: Path, x: np.ndarray, y: np.ndarray) -> None:

@@ -21,6 +21,12 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from fl_system.launch.processes import alive
+
+if TYPE_CHECKING:
+    from flwr.supercore.superexec.executor import ExecutionSpec
 
 # Third-party modules every ClientApp of this project imports (torch._dynamo comes with the
 # first optimiser). Never our own packages: a child must import those from the run's FAB.
@@ -74,8 +80,8 @@ class Launcher:
         try:
             while self._wait_for_news():
                 self._reap()
-                for task in self.claimer.claim_pending():
-                    self._fork(task)
+                for spec in self.claimer.claim_pending():
+                    self._fork(spec)
         finally:
             self.claimer.close()
             self._reap()
@@ -86,13 +92,13 @@ class Launcher:
         for fd in ready:
             if not os.read(fd, 4096) and fd == self.wake_fd:
                 return False  # the SuperNode closed its end: it is gone
-        return _pid_alive(self.node_pid)
+        return alive(self.node_pid)
 
-    def _fork(self, task: object) -> None:
+    def _fork(self, spec: ExecutionSpec) -> None:
         pid = os.fork()
         if pid == 0:  # the child never returns
-            _run_child(self, task)
-        self.children[pid] = (task.task_id, time.monotonic())  # type: ignore[attr-defined]
+            _run_child(self, spec)
+        self.children[pid] = (spec.task_id, time.monotonic())
 
     def _reap(self) -> None:
         while self.children:
@@ -117,7 +123,7 @@ class Launcher:
                 say(took)
 
 
-def _run_child(launcher: Launcher, task: object) -> None:
+def _run_child(launcher: Launcher, spec: ExecutionSpec) -> None:
     """In the forked child: Flower's ClientApp runtime for this task, then exit."""
     code = 1
     try:
@@ -128,7 +134,7 @@ def _run_child(launcher: Launcher, task: object) -> None:
         os.close(launcher.signal_r)
         for name in [m for m in sys.modules if m.split(".")[0] in APP_PACKAGES]:
             del sys.modules[name]
-        launcher.hooks.run_clientapp(task.spec)  # type: ignore[attr-defined]
+        launcher.hooks.run_clientapp(spec)
         code = 0
     except SystemExit as done:  # Flower's runtime ends with flwr_exit
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
@@ -146,16 +152,6 @@ def _describe(status: int) -> str:
     return f"exit code {os.WEXITSTATUS(status)}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def preload() -> float:
     """Import what every ClientApp needs; returns the seconds it took."""
     start = time.perf_counter()
@@ -165,8 +161,7 @@ def preload() -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    args = parse_args(argv)  # telemetry is off in the environment fl-supernode passes on
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     try:
