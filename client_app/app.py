@@ -9,6 +9,7 @@ message.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from logging import ERROR
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -18,6 +19,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from client_app.algorithms import feddisco
+from client_app.algorithms.base import LocalRule
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
@@ -39,6 +41,15 @@ def _model_for(config_json: str) -> nn.Module:
     costs more than training it on a small partition.
     """
     return build_model(config_from_json(config_json))
+
+
+@functools.lru_cache(maxsize=2)
+def _rule_factory(config_json: str) -> Callable[[], LocalRule]:
+    """The run's local rule class with its settings bound; every message gets a fresh rule.
+
+    Hydra's instantiate costs more per message than the small partitions' epochs can hide.
+    """
+    return build(config_from_json(config_json).algorithm.local_rule, _partial_=True)
 
 
 @app.query(protocol.TURN_AWAY_ACTION)
@@ -76,7 +87,7 @@ def train(msg: Message, context: Context) -> Message:
         model,
         x,
         y,
-        build(cfg.algorithm.local_rule),
+        _rule_factory(config_json)(),
         TrainSettings(**OmegaConf.to_container(cfg.train)),
         seed=derive_seed(cfg.seed, server_round, node.partition_id),
         device=resolve_device(node.device),

@@ -1,13 +1,10 @@
-"""What the server and client halves say to each other: record names, keys, wire size.
+"""What the server and client halves say to each other: record names and keys.
 
 Every key that crosses the wire is defined here once, so the two halves of an algorithm
 (`server_app/strategies/<name>.py` and `client_app/algorithms/<name>.py`) cannot drift apart.
 """
 
 from __future__ import annotations
-
-from flwr.app import Message
-from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 # Records inside a message's RecordDict.
 ARRAYS = "arrays"  # ArrayRecord: model weights (down: global, up: local)
@@ -44,12 +41,3 @@ TURN_AWAY_ACTION = "turn_away"
 TURN_AWAY = f"query.{TURN_AWAY_ACTION}"
 REASON = "reason"
 TURNED_AWAY_LOG = "fl_system: turned away by the server:"
-
-
-def wire_bytes(message: Message) -> int:
-    """Serialized size of a message as it travels: every object Flower pushes or pulls.
-
-    Flower deflates a message into content-addressed objects (message, records, array
-    chunks) and moves each over gRPC; their deflated sizes are the payload on the wire.
-    """
-    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())

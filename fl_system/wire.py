@@ -18,13 +18,28 @@ _NAMES, _DTYPES, _NDIMS, _SHAPES = "names", "dtypes", "ndims", "shapes"
 
 def pack(content: RecordDict) -> RecordDict:
     """`content` with every ArrayRecord of two or more arrays packed; the rest unchanged."""
-    packed = RecordDict()
-    for name, record in content.items():
-        if isinstance(record, ArrayRecord) and len(record) > 1:
-            packed[name], packed[name + LAYOUT] = _pack_record(record)
-        else:
-            packed[name] = record
-    return packed
+    return pack_each([content])[0]
+
+
+def pack_each(contents: list[RecordDict]) -> list[RecordDict]:
+    """Every content packed; an ArrayRecord object that several share is packed only once.
+
+    A round's messages usually all carry the same global model object: packing it once per
+    message would cost a concatenation and a serialization per client on the server.
+    """
+    done: dict[int, tuple[ArrayRecord, ConfigRecord]] = {}
+    packed_contents = []
+    for content in contents:
+        packed = RecordDict()
+        for name, record in content.items():
+            if isinstance(record, ArrayRecord) and len(record) > 1:
+                if id(record) not in done:
+                    done[id(record)] = _pack_record(record)
+                packed[name], packed[name + LAYOUT] = done[id(record)]
+            else:
+                packed[name] = record
+        packed_contents.append(packed)
+    return packed_contents
 
 
 def unpack(content: RecordDict) -> RecordDict:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fl_system import protocol, wire
+from fl_system import flwr_hooks, wire
 
 FIRST_POLL_SECONDS = 0.005
 POLL_SECONDS = 0.2  # the slowest polling interval
@@ -41,37 +41,41 @@ def exchange(grid: Grid, messages: Iterable[Message], *, timeout: float) -> Traf
     """Push `messages`; return the replies that arrived within `timeout` seconds."""
     messages = list(messages)
     originals = [m.content for m in messages]
-    for message in messages:
-        message.content = wire.pack(message.content)
-    bytes_down = sum(protocol.wire_bytes(m) for m in messages)
+    for message, packed in zip(messages, wire.pack_each(originals), strict=True):
+        message.content = packed
+    bytes_down = flwr_hooks.wire_bytes(messages)
     try:
-        replies = _push_and_pull(grid, messages, timeout)
+        replies, bytes_up = _push_and_pull(grid, messages, timeout)
     finally:
         for message, content in zip(messages, originals, strict=True):
             message.content = content  # the caller keeps seeing what it built
-    ok = [r for r in replies if not r.has_error()]
-    bytes_up = sum(protocol.wire_bytes(r) for r in ok)
-    for reply in ok:
-        reply.content = wire.unpack(reply.content)
     return Traffic(replies, bytes_down, bytes_up)
 
 
-def _push_and_pull(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
+def _push_and_pull(
+    grid: Grid, messages: list[Message], timeout: float
+) -> tuple[list[Message], int]:
+    """The replies and their bytes; each is counted and unpacked as it arrives, not at the end."""
     pending = set(grid.push_messages(messages))
     deadline = time.monotonic() + timeout
     replies: list[Message] = []
+    bytes_up = 0
     wait, pulls, pulling = FIRST_POLL_SECONDS, 0, 0.0
     while pending:
         start = time.monotonic()
         got = list(grid.pull_messages(pending))
         pulls, pulling = pulls + 1, pulling + time.monotonic() - start
-        replies.extend(got)
         pending.difference_update(m.metadata.reply_to_message_id for m in got)
+        ok = [r for r in got if not r.has_error()]
+        bytes_up += flwr_hooks.wire_bytes(ok)
+        for reply in ok:
+            reply.content = wire.unpack(reply.content)
+        replies.extend(got)
         if not pending or time.monotonic() >= deadline:
             break
         time.sleep(wait)
         wait = poll_wait(wait, pulling / pulls)
-    return replies
+    return replies, bytes_up
 
 
 def poll_wait(previous: float, pull_seconds: float) -> float:

@@ -4,6 +4,8 @@ A deployed ClientApp is a fresh process per message, so a node reads its partiti
 cache instead of re-deriving the whole dataset every round. `prepare` writes every partition
 of an experiment at once: the local runtime calls it before starting its SuperNodes, so that
 round 1 does not have N nodes loading and partitioning the same dataset at the same time.
+A process that serves many messages (a simulation worker plays many clients) also keeps the
+partitions it read in memory, up to MEMORY_BYTES, instead of re-reading a file per message.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,9 @@ from fl_system.experiment import load_dataset, partition_indices
 CACHE_ENV = "FL_CACHE_DIR"
 # Bump when partitioning or preprocessing changes, so stale cached partitions are not reused.
 _CACHE_VERSION = 1
+MEMORY_BYTES = 256 * 1024 * 1024  # partitions kept in one process's memory, least recent out
+
+_in_memory: OrderedDict[Path, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
 
 def default_cache_root() -> Path:
@@ -34,12 +40,26 @@ def partition_file(cfg: DictConfig, partition_id: int, root: Path) -> Path:
 def cached_partition(
     cfg: DictConfig, partition_id: int, root: Path
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of one partition, from the cache or computed and cached."""
+    """(x, y) of one partition, from memory, the cache or computed and cached.
+
+    The arrays may be shared with later calls: read them, do not modify them in place.
+    """
     path = partition_file(cfg, partition_id, root)
+    if path in _in_memory:
+        _in_memory.move_to_end(path)
+        return _in_memory[path]
     if not path.is_file():
         prepare(cfg, root, [partition_id])
     with np.load(path, allow_pickle=False) as f:
-        return f["x"], f["y"]
+        data = f["x"], f["y"]
+    _keep_in_memory(path, data)
+    return data
+
+
+def _keep_in_memory(path: Path, data: tuple[np.ndarray, np.ndarray]) -> None:
+    _in_memory[path] = data
+    while sum(x.nbytes + y.nbytes for x, y in _in_memory.values()) > MEMORY_BYTES:
+        _in_memory.popitem(last=False)
 
 
 def prepare(cfg: DictConfig, root: Path, partition_ids: list[int] | None = None) -> None:

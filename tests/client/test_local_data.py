@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from client_app.local_data import NodeIdentity, local_training_data
 from fl_system.cli import CONF_DIR
+from fl_system.data import partition_cache
 from fl_system.data.node_dir import write_node_dir
 from fl_system.experiment import load_dataset, partition_indices
 
@@ -19,19 +21,51 @@ def _cfg():
         return compose("config", overrides=["dataset=digits", "num_clients=3"])
 
 
-def test_partition_is_cached_and_identical(tmp_path: Path) -> None:
+def test_partition_is_cached_and_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _cfg()
     node = NodeIdentity(partition_id=1, num_partitions=3, cache_dir=str(tmp_path))
     x1, y1 = local_training_data(cfg, node)
     assert len(x1) == len(y1) > 0
     cached = list(tmp_path.glob("partition-*.npz"))
     assert len(cached) == 1
+    monkeypatch.setattr(partition_cache, "_in_memory", OrderedDict())  # a new process
     x2, y2 = local_training_data(cfg, node)  # served from the cache file
     idx = partition_indices(cfg, 3)[1]
     data = load_dataset(cfg)
     np.testing.assert_array_equal(x2, data.x_train[idx])
     np.testing.assert_array_equal(y2, data.y_train[idx])
     np.testing.assert_array_equal(x1, x2)
+
+
+def test_a_process_keeps_the_partitions_it_read(tmp_path: Path) -> None:
+    """A simulation worker plays many clients: it reads each partition's file once."""
+    cfg = _cfg()
+    node = NodeIdentity(partition_id=2, num_partitions=3, cache_dir=str(tmp_path))
+    x1, y1 = local_training_data(cfg, node)
+    for path in tmp_path.glob("partition-*.npz"):
+        path.unlink()
+    x2, y2 = local_training_data(cfg, node)
+    assert x2 is x1 and y2 is y1
+    assert not list(tmp_path.glob("partition-*.npz"))  # neither read nor rebuilt
+
+
+def test_a_process_keeps_partitions_up_to_its_memory_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _cfg()
+    nodes = [
+        NodeIdentity(partition_id=p, num_partitions=3, cache_dir=str(tmp_path)) for p in (0, 1)
+    ]
+    x0, y0 = local_training_data(cfg, nodes[0])
+    monkeypatch.setattr(partition_cache, "MEMORY_BYTES", x0.nbytes + y0.nbytes + 1)
+    x1, _ = local_training_data(cfg, nodes[1])  # partition 0 makes room for it
+    for path in tmp_path.glob("partition-*.npz"):
+        path.unlink()
+    assert local_training_data(cfg, nodes[1])[0] is x1
+    assert not list(tmp_path.glob("partition-*.npz"))
+    again, _ = local_training_data(cfg, nodes[0])  # evicted: rebuilt into the cache
+    np.testing.assert_array_equal(again, x0)
+    assert len(list(tmp_path.glob("partition-*.npz"))) == 1
 
 
 def test_other_seed_other_cache_entry(tmp_path: Path) -> None:

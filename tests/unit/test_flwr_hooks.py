@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import queue
+import threading
 import time
 import types
 from pathlib import Path
 
 import flwr.cli.install as flwr_install
+import flwr.server.superlink.fleet.vce.vce_api as flwr_engine
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import flwr.supernode.start_client_internal as flwr_loop
+import numpy as np
 import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.runtime import RuntimeHttpClient
 
 from fl_system import flwr_hooks
@@ -119,6 +125,16 @@ def test_a_changed_simulation_pickup_is_named(monkeypatch: pytest.MonkeyPatch) -
     assert "the simulation engine no longer picks messages up as it did" in message
 
 
+def test_a_simulation_grid_storing_otherwise_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation's pickup wakes on store_message_ins; a grid that bypasses it must be seen."""
+
+    def push_messages(self: object, messages: object) -> list[str]:
+        raise AssertionError("never called")
+
+    message = _changed(monkeypatch, "flwr.superlink.grid.InMemoryGrid.push_messages", push_messages)
+    assert "no longer stores messages with store_message_ins" in message
+
+
 # ----- what the hooks do once installed ----------------------------------------------------
 class _FakeTime:
     """Stands in for the time module: a settable clock and a record of sleeps."""
@@ -210,3 +226,70 @@ def test_isolation_is_rejected(args: list[str]) -> None:
     would silently run Flower's per-message interpreters instead."""
     with pytest.raises(ValueError, match="--isolation"):
         runtime_api_address(["--insecure", *args])
+
+
+# ----- simulation pickup -------------------------------------------------------------------
+class _Messages:
+    """The two LinkState calls the engine's pickup makes, on a list."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, str]] = []
+        self.lock = threading.Lock()
+
+    def store_message_ins(self, message: tuple[int, str]) -> str:
+        with self.lock:
+            self.pending.append(message)
+        return message[1]
+
+    def get_message_ins(self, node_id: int, limit: int) -> list[tuple[int, str]]:
+        with self.lock:
+            mine = [m for m in self.pending if m[0] == node_id][:limit]
+            self.pending = [m for m in self.pending if m not in mine]
+        return mine
+
+
+def test_a_stored_message_is_picked_up_without_waiting_for_a_sweep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the fallback sweep pushed out to an hour, only the store itself can wake it."""
+    monkeypatch.setattr(flwr_hooks, "SIMULATION_PICKUP", 3600.0)
+    monkeypatch.setattr(flwr_engine, "add_messages_to_queue", flwr_engine.add_messages_to_queue)
+    flwr_hooks.simulation_pickup_on_store()
+    state, picked, stop = _Messages(), queue.Queue(), threading.Event()
+    sweeper = threading.Thread(
+        target=flwr_engine.add_messages_to_queue, args=(state, picked, {1: 0, 2: 1}, stop)
+    )
+    sweeper.start()
+    try:
+        assert state.store_message_ins((2, "m1")) == "m1"  # what the grid gets back
+        assert picked.get(timeout=30) == (2, "m1")
+        state.store_message_ins((1, "m2"))
+        state.store_message_ins((1, "m3"))  # one node, two messages: two sweeps, one wake-up
+        assert [picked.get(timeout=30), picked.get(timeout=30)] == [(1, "m2"), (1, "m3")]
+    finally:
+        stop.set()
+        state.store_message_ins((0, "wake"))  # the sweep's wait ends on a store, too
+        sweeper.join(timeout=30)
+    assert not sweeper.is_alive()
+
+
+# ----- bytes on the wire -------------------------------------------------------------------
+def _oracle_bytes(message: Message) -> int:
+    """Every object of one message, each deflated and counted once, computed the plain way."""
+    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
+
+
+def test_wire_bytes_is_the_sum_over_messages_sharing_a_model() -> None:
+    model = ArrayRecord({"w": Array(np.arange(6, dtype=np.float32)), "b": Array(np.ones(2))})
+    config = ConfigRecord({"server-round": 4, "names": ["a", "b"]})
+    messages = [
+        Message(
+            RecordDict({"arrays": model, "config": config}), dst_node_id=node, message_type="train"
+        )
+        for node in (3, 4, 5)
+    ]
+    messages.append(Message(RecordDict({"config": config}), dst_node_id=6, message_type="train"))
+    expected = [_oracle_bytes(m) for m in messages]
+    assert flwr_hooks.wire_bytes(messages) == sum(expected)
+    assert [flwr_hooks.wire_bytes([m]) for m in messages] == expected
+    assert flwr_hooks.wire_bytes([]) == 0

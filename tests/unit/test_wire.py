@@ -73,6 +73,27 @@ def test_packing_cuts_the_objects_flower_moves() -> None:
     assert objects(wire.pack(_content())) == 7 + 2 * 3
 
 
+def test_a_model_shared_by_several_contents_is_packed_once() -> None:
+    """A round's messages share one global model: the packed copies share its packed form."""
+    model, other = _model_record(), _model_record()
+    contents = [RecordDict({"arrays": model}), RecordDict({"arrays": model, "mine": other})]
+    first, second = wire.pack_each(contents)
+    assert first.array_records["arrays"] is second.array_records["arrays"]
+    assert (
+        first.config_records["arrays" + wire.LAYOUT]
+        is second.config_records["arrays" + wire.LAYOUT]
+    )
+    assert second.array_records["mine"] is not second.array_records["arrays"]
+    for packed, content in zip((first, second), contents, strict=True):
+        restored = wire.unpack(packed)
+        assert list(restored.keys()) == list(content.keys())
+        for name, record in content.array_records.items():
+            for key in record:
+                np.testing.assert_array_equal(
+                    restored.array_records[name][key].numpy(), record[key].numpy()
+                )
+
+
 def test_unpacked_content_without_layouts_is_unchanged() -> None:
     content = RecordDict({"config": ConfigRecord({"a": 1})})
     assert wire.unpack(content).config_records["config"]["a"] == 1
