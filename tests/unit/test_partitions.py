@@ -11,6 +11,8 @@ from fl_system.data.partitions import (
     IidPartition,
     NaturalPartition,
     Niid2Partition,
+    NonBalancePartition,
+    ParetoPartition,
     Partitioner,
     PathologicalPartition,
 )
@@ -45,6 +47,8 @@ SCHEMES: list[tuple[Partitioner, int]] = [
     (DirichletPartition(alpha=0.5), 10),
     (PathologicalPartition(classes_per_client=2), 10),
     (Niid2Partition(num_unbiased=1), 6),
+    (NonBalancePartition(), 10),
+    (ParetoPartition(), 10),
 ]
 
 
@@ -170,3 +174,44 @@ def test_natural_partition() -> None:
         NaturalPartition().split(labels, 3, seed=0)
     with pytest.raises(PartitionError, match="3 groups but 4 partitions"):
         NaturalPartition().split(labels, 4, seed=0, groups=groups)
+
+
+def _labels_held(parts: list[np.ndarray]) -> list[int]:
+    return [len(np.unique(LABELS[p])) for p in parts]
+
+
+def test_nonbalance_rich_medium_and_poor_clients() -> None:
+    """K = 30: 3 clients with all 10 labels, 12 with 5, 15 with 2; all data dealt out."""
+    parts = NonBalancePartition().split(LABELS, 30, seed=0)
+    assert _labels_held(parts) == [10] * 3 + [5] * 12 + [2] * 15
+    assert len(_assert_disjoint(parts, len(LABELS))) == len(LABELS)
+    sizes = [len(p) for p in parts]
+    assert min(sizes[:3]) > max(sizes[15:])  # the rich hold more than the poor
+
+
+def test_pareto_few_clients_hold_many_labels() -> None:
+    parts = ParetoPartition().split(LABELS, 30, seed=0)
+    held = _labels_held(parts)
+    assert max(held) == 10  # the largest draw holds every label, so all data is used
+    assert len(_assert_disjoint(parts, len(LABELS))) == len(LABELS)
+    assert min(held) >= 1 and np.median(held) <= 2
+    assert sum(h >= 5 for h in held) < 10
+
+
+def test_dealing_by_class_names_partitions_left_empty() -> None:
+    few = np.repeat(np.arange(10), 2)  # 20 samples: 30 clients cannot all get one
+    with pytest.raises(PartitionError, match="without samples: too few samples per class"):
+        NonBalancePartition().split(np.concatenate([few, few]), 30, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "message"),
+    [
+        (NonBalancePartition(rich=0.7, medium=0.4), r"rich \+ medium must be at most 1"),
+        (NonBalancePartition(poor_labels=1.5), r"poor_labels must be in \[0, 1\]"),
+        (ParetoPartition(shape=0), "pareto shape and x_min must be > 0"),
+    ],
+)
+def test_bad_imbalance_settings_are_named(scheme: Partitioner, message: str) -> None:
+    with pytest.raises(PartitionError, match=message):
+        scheme.split(LABELS, 10, seed=0)
