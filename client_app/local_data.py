@@ -10,8 +10,10 @@ from flwr.app import Context
 from omegaconf import DictConfig
 
 from client_app.state import default_state_root
+from fl_system.data.corruption import corrupt
 from fl_system.data.node_dir import load_node_dir
 from fl_system.data.partition_cache import cached_partition, default_cache_root
+from fl_system.seeding import derive_seed
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,23 @@ class NodeIdentity:
 
 
 def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
-    """The node's own directory if it has one, else its (cached) partition of the dataset."""
+    """The node's own directory if it has one, else its (cached) partition of the dataset;
+    corrupted when the run names this partition in `clients.corrupt.ids`."""
+    x, y = _own_or_partition(cfg, node)
+    corrupted = cfg.clients.corrupt
+    if node.partition_id in corrupted.ids:
+        return corrupt(
+            x,
+            y,
+            kind=str(corrupted.kind),
+            shift=int(corrupted.shift),
+            num_classes=int(cfg.dataset.num_classes),
+            seed=derive_seed(int(cfg.seed), node.partition_id),
+        )
+    return x, y
+
+
+def _own_or_partition(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
     if node.data_dir:
         return load_node_dir(node.data_dir)
     num_partitions = int(cfg.num_clients)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from fl_system.data.corruption import KINDS
 
 
 class ConfigError(ValueError):
@@ -47,6 +49,8 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train.lr": (_positive_number, "a positive number"),
     "train.momentum": (lambda v: _non_negative_number(v) and v < 1, "a number in [0, 1)"),
     "train.weight_decay": (_non_negative_number, "a number >= 0"),
+    "clients.corrupt.kind": (lambda v: v in KINDS, f"one of {', '.join(KINDS)}"),
+    "clients.corrupt.shift": (_int(1), "a positive integer"),
 }
 
 
@@ -62,3 +66,13 @@ def check_values(cfg: DictConfig) -> None:
         )
     if cfg.min_clients is not None and cfg.min_clients > (cfg.clients_per_round or cfg.num_clients):
         raise ConfigError(f"min_clients ({cfg.min_clients}) exceeds the clients of a round")
+    _check_corrupt_ids(cfg.clients.corrupt.ids, cfg.num_clients)
+
+
+def _check_corrupt_ids(ids: Any, num_clients: int) -> None:
+    valid = isinstance(ids, ListConfig | list) and all(_int(0)(i) and i < num_clients for i in ids)
+    if not valid:
+        raise ConfigError(
+            f"clients.corrupt.ids must be a list of partition ids in 0..{num_clients - 1}, "
+            f"got {OmegaConf.to_container(ids) if isinstance(ids, ListConfig) else ids!r}"
+        )

@@ -97,3 +97,34 @@ def test_own_data_directory_wins(tmp_path: Path) -> None:
     got_x, got_y = local_training_data(_cfg(), node)
     np.testing.assert_array_equal(got_x, x)
     np.testing.assert_array_equal(got_y, y)
+
+
+def test_a_label_shifted_partition_trains_on_shifted_labels(tmp_path: Path) -> None:
+    cfg = _cfg()
+    cfg.clients.corrupt.ids = [1]
+    cfg.clients.corrupt.shift = 3
+    nodes = [NodeIdentity(p, num_partitions=3, cache_dir=str(tmp_path)) for p in (0, 1)]
+    clean = [partition_cache.cached_partition(cfg, p, tmp_path) for p in (0, 1)]
+    _, y0 = local_training_data(cfg, nodes[0])
+    x1, y1 = local_training_data(cfg, nodes[1])
+    np.testing.assert_array_equal(y0, clean[0][1])  # not named: untouched
+    np.testing.assert_array_equal(y1, (clean[1][1] + 3) % 10)
+    np.testing.assert_array_equal(x1, clean[1][0])
+    # the clean partition kept in memory is not changed by the corruption
+    np.testing.assert_array_equal(
+        partition_cache.cached_partition(cfg, 1, tmp_path)[1], clean[1][1]
+    )
+    assert not np.array_equal(y1, clean[1][1])
+
+
+def test_a_noise_partition_trains_on_uniform_noise(tmp_path: Path) -> None:
+    cfg = _cfg()
+    cfg.clients.corrupt.ids = [0]
+    cfg.clients.corrupt.kind = "noise"
+    node = NodeIdentity(0, num_partitions=3, cache_dir=str(tmp_path))
+    clean_x, clean_y = partition_cache.cached_partition(cfg, 0, tmp_path)
+    x, y = local_training_data(cfg, node)
+    assert x.shape == clean_x.shape and x.dtype == clean_x.dtype
+    assert x.min() >= -1 and x.max() <= 1 and x.std() == pytest.approx(1 / np.sqrt(3), rel=0.05)
+    np.testing.assert_array_equal(y, clean_y)
+    np.testing.assert_array_equal(local_training_data(cfg, node)[0], x)  # the same every round

@@ -26,6 +26,16 @@ def test_defaults_are_valid() -> None:
         ("clients_per_round=9", "clients_per_round (9) exceeds num_clients (4)"),
         ("resume=maybe", "resume must be true or false"),
         ("train.momentum=1", "train.momentum must be a number in [0, 1), got 1"),
+        (
+            "clients.corrupt.ids=[0,4]",
+            "clients.corrupt.ids must be a list of partition ids in 0..3, got [0, 4]",
+        ),
+        ("clients.corrupt.ids=2", "clients.corrupt.ids must be a list of partition ids in 0..3"),
+        (
+            "clients.corrupt.kind=flip",
+            "clients.corrupt.kind must be one of label_shift, noise, got 'flip'",
+        ),
+        ("clients.corrupt.shift=0", "clients.corrupt.shift must be a positive integer, got 0"),
     ],
 )
 def test_bad_values_name_the_key(override: str, message: str) -> None:
