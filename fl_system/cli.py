@@ -11,6 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from fl_system.checkpoint import CheckpointError
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError
@@ -33,8 +34,6 @@ def _on_sigterm(signum, frame) -> None:
 
 def run_experiment(cfg: DictConfig) -> dict:
     """Check the config, run it, return the summary."""
-    from server_app.checkpoint import CheckpointError
-
     paths = RunPaths(Path(HydraConfig.get().runtime.output_dir).resolve())
     with open_dict(cfg):
         cfg.run_dir = str(paths.root)

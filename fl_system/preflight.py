@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system.checkpoint import check_same_experiment, load_checkpoint
 from fl_system.experiment import build, build_model, load_dataset, partition_indices
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError, check_values
@@ -24,9 +25,6 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
 
 
 def _check_resume(cfg: DictConfig, paths: RunPaths) -> None:
-    # Imported here: the checkpoint module belongs to the server half.
-    from server_app.checkpoint import check_same_experiment, load_checkpoint
-
     if cfg.resume:
         ckpt = load_checkpoint(paths.checkpoint)
         cfg.run_id = ckpt.config.get("run_id") or cfg.run_id

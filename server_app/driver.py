@@ -18,18 +18,18 @@ from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system import protocol, run_log
+from fl_system.checkpoint import (
+    Checkpoint,
+    check_same_experiment,
+    load_checkpoint,
+    save_checkpoint,
+)
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.experiment import build, build_model, config_to_json, load_dataset
 from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.seeding import derive_seed
-from server_app.checkpoint import (
-    Checkpoint,
-    check_same_experiment,
-    load_checkpoint,
-    save_checkpoint,
-)
 from server_app.exchange import exchange
 from server_app.nodes import NodeRegistry
 from server_app.strategies.base import ClientFailure, FederatedStrategy

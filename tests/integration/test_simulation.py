@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from fl_system.checkpoint import load_checkpoint
 from fl_system.launch.processes import alive
 from fl_system.results import MetricsLog
-from server_app.checkpoint import load_checkpoint
 from tests.integration.conftest import QUICK, interrupt_when, run_cli
 
 pytestmark = pytest.mark.integration

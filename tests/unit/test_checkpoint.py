@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server_app.checkpoint import (
+from fl_system.checkpoint import (
     Checkpoint,
     CheckpointError,
     check_same_experiment,
