@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fl_system.cli import CONF_DIR
 from fl_system.devices import THREADS_ENV
 from tests.integration.conftest import (
     QUICK,
@@ -25,16 +26,11 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
+# Every shipped algorithm, plus compositions that cross the two halves in other ways.
 ALGORITHMS = {
-    "fedavg": ["algorithm=fedavg"],
-    "fedprox": ["algorithm=fedprox"],
-    "feddisco": ["algorithm=feddisco"],
-    "scaffold": ["algorithm=scaffold"],
-    "fednova": ["algorithm=fednova"],
-    "feddyn": ["algorithm=feddyn"],
-    "moon": ["algorithm=moon"],
-    "scaffold+disco": ["algorithm=scaffold", "algorithm.disco.enabled=true"],
-}
+    path.stem: [f"algorithm={path.stem}"]
+    for path in sorted((CONF_DIR / "algorithm").glob("*.yaml"))
+} | {"scaffold+disco": ["algorithm=scaffold", "algorithm.disco.enabled=true"]}
 
 
 @pytest.fixture(scope="module")
