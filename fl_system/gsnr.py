@@ -63,15 +63,20 @@ def client_terms(
     big_l = m_g @ m_g + v_g.sum() / batch_size
     big_n = np.einsum("kd,kd->k", m, m) + v.sum(axis=1) / batch_size
     big_m = m @ m_g + np.sqrt(v) @ np.sqrt(v_g) / batch_size
-    positive = big_n > 0
-    safe_n = np.where(positive, big_n, 1.0)
-    n_opt = np.where(positive, np.maximum(0.0, big_m / safe_n), 0.0)
-    delta2 = big_l - np.where(positive, big_m**2 / safe_n, 0.0)
     ln = big_l * big_n
-    cos = np.where(ln > 0, big_m / np.sqrt(np.where(ln > 0, ln, 1.0)), 0.0)
+    n_opt = np.maximum(0.0, _ratio(big_m, big_n))
+    delta2 = big_l - _ratio(big_m**2, big_n)
+    cos = _ratio(big_m, np.sqrt(ln))
     orthogonal = np.maximum(ln - big_m**2, PARALLEL_EPS * ln)
-    gsnr = np.where(big_m > 0, big_m / np.sqrt(np.where(orthogonal > 0, orthogonal, 1.0)), 0.0)
+    gsnr = np.where(big_m > 0, _ratio(big_m, np.sqrt(orthogonal)), 0.0)
     return ClientTerms(n_opt=n_opt, gsnr=gsnr, cos=cos, delta2=delta2)
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, 0 where the denominator is 0 (a zero descriptor)."""
+    out = np.zeros_like(numerator)
+    np.divide(numerator, denominator, out=out, where=denominator > 0)
+    return out
 
 
 def allocate_steps(

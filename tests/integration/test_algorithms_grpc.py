@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from fl_system.cli import CONF_DIR
-from fl_system.devices import THREADS_ENV
 from tests.integration.conftest import (
     QUICK,
     HandStartedFederation,
@@ -44,7 +43,6 @@ def shared_env(federation_root: Path) -> dict[str, str]:
     env = env_in(federation_root)
     env["FL_STATE_DIR"] = str(federation_root / "node-state")
     env["FLWR_HOME"] = str(federation_root / "flwr-home")
-    env[THREADS_ENV] = "1"  # two nodes' ClientApps share this machine's cores, as in runtime=local
     return env
 
 
