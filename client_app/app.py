@@ -3,32 +3,37 @@
 A client knows only who it is (node config: partition-id, num-partitions, optional data-dir,
 device, cache-dir and state-dir). Everything else arrives from the server: the config at
 the handshake (kept in `context.state`), the global model and round number with every train
-message.
+message, and settings of its own (`train.*` overrides) when the strategy sends them. The local
+rule and the enabled add-ons' client halves add metrics and answer queries through their
+hooks (`client_app.addons.ClientHooks`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from logging import ERROR
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log as flwr_log
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from client_app.algorithms import feddisco
+from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol, wire
 from fl_system.devices import apply_thread_limit, resolve_device
-from fl_system.experiment import build, build_model, config_from_json
+from fl_system.experiment import build, build_client_addons, build_model, config_from_json
 from fl_system.seeding import derive_seed
 
 _STATE = "fl-system"  # context.state record holding what the handshake delivered
+_QUERY_SEED = 0x9A5  # separates the seeds of queries from those of training
 
 app = ClientApp()
 
@@ -52,6 +57,22 @@ def _rule_factory(config_json: str) -> Callable[[], LocalRule]:
     return build(config_from_json(config_json).algorithm.local_rule, _partial_=True)
 
 
+@functools.lru_cache(maxsize=2)
+def _addons(config_json: str) -> tuple[ClientHooks, ...]:
+    """The enabled add-ons' client halves (stateless between messages)."""
+    return tuple(build_client_addons(config_from_json(config_json)))
+
+
+def _hooks(config_json: str, rule: LocalRule | None = None) -> tuple[ClientHooks, ...]:
+    return (rule or _rule_factory(config_json)(), *_addons(config_json))
+
+
+def _run_config(context: Context) -> str:
+    if _STATE not in context.state.config_records:
+        raise RuntimeError("message before the handshake: this node has no run config")
+    return str(context.state.config_records[_STATE][protocol.RUN_CONFIG])
+
+
 @app.query(protocol.TURN_AWAY_ACTION)
 def turned_away(msg: Message, context: Context) -> Message:
     reason = str(msg.content.config_records[protocol.CONFIG][protocol.REASON])
@@ -65,50 +86,113 @@ def handshake(msg: Message, context: Context) -> Message:
     context.state[_STATE] = ConfigRecord({protocol.RUN_CONFIG: config_json})
     node = NodeIdentity.from_context(context)
     cfg = config_from_json(config_json)
-    extra = feddisco.handshake_metrics(cfg, lambda: local_training_data(cfg, node)[1])
-    metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id, **extra})
+    metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id})
+    for hook in _hooks(config_json):
+        metrics.update(hook.handshake_metrics(lambda: local_training_data(cfg, node)))
     return Message(RecordDict({protocol.METRICS: metrics}), reply_to=msg)
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    if _STATE not in context.state.config_records:
-        raise RuntimeError("train message before the handshake: this node has no run config")
-    config_json = str(context.state.config_records[_STATE][protocol.RUN_CONFIG])
+@dataclass(frozen=True)
+class _Incoming:
+    """A round's message, opened: the run, this node, the content and the loaded model."""
+
+    config_json: str
+    cfg: DictConfig
+    node: NodeIdentity
+    received: RecordDict
+    config: ConfigRecord
+    server_round: int
+    data: tuple[np.ndarray, np.ndarray]
+    model: nn.Module
+
+
+def _open(msg: Message, context: Context) -> _Incoming:
+    config_json = _run_config(context)
     cfg = config_from_json(config_json)
     node = NodeIdentity.from_context(context)
     apply_thread_limit()
     received = wire.unpack(msg.content)
-    server_round = int(received.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
-    x, y = local_training_data(cfg, node)
+    config = received.config_records[protocol.CONFIG]
     model = _model_for(config_json)
     model.load_state_dict(received.array_records[protocol.ARRAYS].to_torch_state_dict())
-    result = train_locally(
+    return _Incoming(
+        config_json,
+        cfg,
+        node,
+        received,
+        config,
+        int(config[protocol.SERVER_ROUND]),
+        local_training_data(cfg, node),
         model,
-        x,
-        y,
-        _rule_factory(config_json)(),
-        TrainSettings(**OmegaConf.to_container(cfg.train)),
-        seed=derive_seed(cfg.seed, server_round, node.partition_id),
+    )
+
+
+@app.query(protocol.ASK_ACTION)
+def ask(msg: Message, context: Context) -> Message:
+    """A query within a round: the hook whose `question` matches answers it."""
+    got = _open(msg, context)
+    question = str(got.config[protocol.QUESTION])
+    hook = next((h for h in _hooks(got.config_json) if h.question == question), None)
+    if hook is None:
+        raise ValueError(f"this run's client answers no query '{question}'")
+    content = hook.answer(
+        got.model,
+        got.data,
+        got.received,
+        seed=derive_seed(got.cfg.seed, got.server_round, got.node.partition_id, _QUERY_SEED),
+        device=resolve_device(got.node.device),
+    )
+    identity = {
+        protocol.PARTITION_ID: got.node.partition_id,
+        protocol.NUM_EXAMPLES: len(got.data[1]),
+    }
+    content[protocol.METRICS] = MetricRecord(
+        {**identity, **content.metric_records.get(protocol.METRICS, {})}
+    )
+    return Message(wire.pack(content), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    got = _open(msg, context)
+    cfg, node = got.cfg, got.node
+    rule = _rule_factory(got.config_json)()
+    result = train_locally(
+        got.model,
+        *got.data,
+        rule,
+        _settings(cfg, got.config),
+        seed=derive_seed(cfg.seed, got.server_round, node.partition_id),
         device=resolve_device(node.device),
-        received=received,
+        received=got.received,
         state=ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id),
     )
-    content = RecordDict(
+    metrics = MetricRecord(
         {
-            protocol.ARRAYS: ArrayRecord(model.state_dict()),
-            protocol.METRICS: MetricRecord(
-                {
-                    protocol.PARTITION_ID: node.partition_id,
-                    protocol.NUM_EXAMPLES: result.num_examples,
-                    protocol.TRAIN_LOSS: result.mean_loss,
-                    protocol.NUM_STEPS: result.steps,
-                    protocol.COMPUTE_SECONDS: result.seconds,
-                    **feddisco.train_metrics(cfg, y, received.config_records[protocol.CONFIG]),
-                }
-            ),
+            protocol.PARTITION_ID: node.partition_id,
+            protocol.NUM_EXAMPLES: result.num_examples,
+            protocol.TRAIN_LOSS: result.mean_loss,
+            protocol.NUM_STEPS: result.steps,
+            protocol.COMPUTE_SECONDS: result.seconds,
         }
+    )
+    for hook in _hooks(got.config_json, rule):
+        metrics.update(hook.reply_metrics(got.data, got.config))
+    content = RecordDict(
+        {protocol.ARRAYS: ArrayRecord(got.model.state_dict()), protocol.METRICS: metrics}
     )
     for name, record in result.extras.items():
         content[name] = record
     return Message(wire.pack(content), reply_to=msg)
+
+
+def _settings(cfg: DictConfig, config: ConfigRecord) -> TrainSettings:
+    """The run's train.* settings, with the ones this message overrides for this client."""
+    settings = OmegaConf.to_container(cfg.train)
+    for key, value in config.items():
+        if key.startswith(protocol.TRAIN_OVERRIDE):
+            name = key[len(protocol.TRAIN_OVERRIDE) :]
+            if name not in settings:
+                raise ValueError(f"the server overrides unknown setting train.{name}")
+            settings[name] = value
+    return TrainSettings(**settings)

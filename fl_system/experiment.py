@@ -42,16 +42,43 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def build(node: DictConfig, **overrides: Any) -> Any:
-    """Instantiate a config group node; its descriptive `name` key is not an argument."""
+def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> Any:
+    """Instantiate a config group node; its descriptive `name` key is not an argument.
+
+    Errors are prefixed with `label`, else the node's name, else its target.
+    """
     params = OmegaConf.to_container(node, resolve=True)
     assert isinstance(params, dict)
     name = params.pop("name", params.get("_target_"))
+    name = label or name
     try:
         return instantiate(params, **overrides, _convert_="all")
     except InstantiationException as err:
         cause = err.__cause__ or err
         raise ConfigError(f"{name}: {cause}") from err
+
+
+def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    """(key, node) of every enabled add-on: a node under `algorithm` with `enabled`, `server`
+    and `client` keys (FedDisco's weighting, FedGSNR's step schedule), in config order."""
+    return [
+        (str(key), node)
+        for key, node in cfg.algorithm.items()
+        if isinstance(node, DictConfig)
+        and {"enabled", "server", "client"} <= set(node.keys())
+        and node.enabled
+    ]
+
+
+def build_strategy(cfg: DictConfig) -> Any:
+    """The algorithm's server half with the enabled add-ons' server halves plugged in."""
+    addons = [build(node.server, label=f"algorithm.{key}") for key, node in enabled_addons(cfg)]
+    return build(cfg.algorithm.strategy, label=cfg.algorithm.name, addons=addons)
+
+
+def build_client_addons(cfg: DictConfig) -> list[Any]:
+    """The enabled add-ons' client halves."""
+    return [build(node.client, label=f"algorithm.{key}") for key, node in enabled_addons(cfg)]
 
 
 def config_to_json(cfg: DictConfig) -> str:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system.checkpoint import check_same_experiment, load_checkpoint
-from fl_system.experiment import build, build_model, load_dataset, partition_indices
+from fl_system.experiment import (
+    build,
+    build_client_addons,
+    build_model,
+    build_strategy,
+    load_dataset,
+    partition_indices,
+)
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError, check_values
 
@@ -16,8 +23,9 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     On resume, `cfg.run_id` becomes the checkpointed run's, so clients find their state.
     """
     check_values(cfg)
-    build(cfg.algorithm.strategy)
+    build_strategy(cfg)
     build(cfg.algorithm.local_rule)
+    build_client_addons(cfg)
     build_model(cfg)
     load_dataset(cfg)
     partition_indices(cfg, cfg.num_clients)

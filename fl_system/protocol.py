@@ -32,6 +32,23 @@ DISCO_D = "disco-d"
 DISCO_TARGET = "disco-target"
 DISCO_COUNTS = "disco-counts"
 
+# Per-client settings (server -> client): a ConfigRecord key TRAIN_OVERRIDE + name overrides
+# the run's train.<name> for that message only (e.g. FedGSNR's "train.local_steps").
+TRAIN_OVERRIDE = "train."
+
+# Queries the server asks within a round (ClientApp: @app.query(ASK_ACTION)); the config's
+# QUESTION says which one, and the client hook whose `question` matches answers it.
+ASK_ACTION = "ask"
+ASK = f"query.{ASK_ACTION}"
+QUESTION = "question"
+
+# FedGSNR: the question, and the reply's ArrayRecord of the mean gradient m_k and diagonal
+# variance v_k at the received model, with the number of samples s in the metrics.
+GSNR_STATS = "gsnr-stats"
+GSNR_MEAN = "mean"
+GSNR_VARIANCE = "variance"
+GSNR_SAMPLES = "gsnr-samples"
+
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE_ACTION = "handshake"  # ClientApp: @app.query(HANDSHAKE_ACTION)
 HANDSHAKE = f"query.{HANDSHAKE_ACTION}"

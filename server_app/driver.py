@@ -3,6 +3,10 @@
 It adds what a real run needs: seeded client sampling by partition id, central evaluation
 every `eval_every` rounds, a run directory (config, metrics, summary, curve, checkpoint),
 resume, a target-accuracy stop, byte counting and a progress line per round.
+
+Each round it runs the strategy's `round(plan)` generator (`server_app.rounds`): every
+exchange the strategy yields is sent with what is left of the round's one `round_timeout`,
+and its bytes and seconds are counted under the exchange's label.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from fl_system.checkpoint import (
 )
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
-from fl_system.experiment import build, build_model, config_to_json, load_dataset
+from fl_system.experiment import build_model, build_strategy, config_to_json, load_dataset
 from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.seeding import derive_seed
 from server_app.exchange import exchange
 from server_app.nodes import NodeRegistry
-from server_app.strategies.base import ClientFailure, FederatedStrategy
+from server_app.rounds import ClientFailure, RoundPlan, RoundResult
+from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,7 @@ class RoundDriver:
         self.grid = grid
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
-        self.strategy: FederatedStrategy = build(cfg.algorithm.strategy)
+        self.strategy: FederatedStrategy = build_strategy(cfg)
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
         self.nodes = NodeRegistry(
@@ -131,33 +136,74 @@ class RoundDriver:
         nodes = self.nodes.refresh(timeout=cfg.round_timeout)
         node_of = {pid: node for node, pid in nodes.items()}
         chosen = sample_partitions(cfg, rnd, list(node_of))
-        config = ConfigRecord({protocol.SERVER_ROUND: rnd})
-        messages = self.strategy.train_messages(
-            rnd, arrays, config, {node_of[pid]: pid for pid in chosen}
+        plan = RoundPlan(
+            round=rnd,
+            arrays=arrays,
+            config=ConfigRecord({protocol.SERVER_ROUND: rnd}),
+            nodes={node_of[pid]: pid for pid in chosen},
         )
-        traffic = exchange(self.grid, messages, timeout=cfg.round_timeout)
-        replies = traffic.replies
-        new_arrays, metrics = self.strategy.aggregate_train(rnd, replies)
-        failures = self.strategy.last_failures
-        n_ok = len(replies) - len(failures)
-        missing = len(messages) - len(replies)
-        if new_arrays is None or n_ok < (cfg.min_clients or 1):
-            reasons = _grouped(failures)
+        result, traffic = self._exchanges(plan)
+        timed_out = traffic.pop("timed_out")
+        if result.arrays is None or result.participants < (cfg.min_clients or 1):
+            reasons = _grouped(result.failures)
             raise RunFailed(
-                f"round {rnd}: {n_ok} usable replies of {len(messages)} sent"
-                + (f", {missing} timed out" if missing else "")
+                f"round {rnd}: {result.participants} usable replies of {len(chosen)} sent"
+                + (f", {timed_out} timed out" if timed_out else "")
                 + (f" ({reasons})" if reasons else "")
             )
         handshake_up, handshake_down = self.nodes.take_handshake_bytes()
         row: dict = {
             "round": rnd,
-            "participants": n_ok,
-            "failures": len(failures) + missing,
-            "bytes_up": traffic.bytes_up + handshake_up,
-            "bytes_down": traffic.bytes_down + handshake_down,
+            "participants": result.participants,
+            "failures": len(result.failures) + timed_out,
+            "bytes_up": traffic.pop("bytes_up") + handshake_up,
+            "bytes_down": traffic.pop("bytes_down") + handshake_down,
+            **traffic,
         }
-        row.update({k: v for k, v in (metrics or {}).items() if not isinstance(v, list)})
-        return new_arrays, row
+        row.update({k: v for k, v in result.metrics.items() if not isinstance(v, list)})
+        return result.arrays, row
+
+    def _exchanges(self, plan: RoundPlan) -> tuple[RoundResult, dict]:
+        """Run the strategy's round; traffic totals, and per label when there are several."""
+        deadline = time.monotonic() + self.cfg.round_timeout
+        steps = self.strategy.round(plan)
+        per_label: dict[str, dict[str, float]] = {}
+        timed_out = 0
+        try:
+            step = next(steps)
+            while True:
+                start = time.monotonic()
+                traffic = exchange(self.grid, step.messages, timeout=max(deadline - start, 0.0))
+                answered = {r.metadata.src_node_id for r in traffic.replies}
+                for m in step.messages:
+                    if m.metadata.dst_node_id not in answered:
+                        timed_out += 1
+                        log.warning(
+                            "round %d: node %d did not answer the '%s' exchange in time",
+                            plan.round,
+                            m.metadata.dst_node_id,
+                            step.label,
+                        )
+                counts = per_label.setdefault(
+                    step.label, {"bytes_up": 0, "bytes_down": 0, "seconds": 0.0}
+                )
+                counts["bytes_up"] += traffic.bytes_up
+                counts["bytes_down"] += traffic.bytes_down
+                counts["seconds"] += time.monotonic() - start
+                step = steps.send(traffic.replies)
+        except StopIteration as done:
+            result: RoundResult = done.value
+        totals: dict = {
+            "timed_out": timed_out,
+            "bytes_up": sum(int(c["bytes_up"]) for c in per_label.values()),
+            "bytes_down": sum(int(c["bytes_down"]) for c in per_label.values()),
+        }
+        if len(per_label) > 1:
+            for label, counts in per_label.items():
+                totals[f"bytes_up_{label}"] = int(counts["bytes_up"])
+                totals[f"bytes_down_{label}"] = int(counts["bytes_down"])
+                totals[f"seconds_{label}"] = round(counts["seconds"], 3)
+        return result, totals
 
     # ----- run directory -------------------------------------------------------------------
     def _restore(self, arrays: ArrayRecord) -> tuple[ArrayRecord, int, float]:
@@ -186,6 +232,7 @@ class RoundDriver:
     def _finish(self) -> dict:
         rows = self.metrics.rows()
         summary = summarize(rows, target_accuracy=self.cfg.target_accuracy)
+        summary.update(self.strategy.summarize(rows))
         write_summary(self.paths.summary, summary)
         plot_curve(
             rows,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fl_system import protocol
+from server_app.rounds import Exchange, RoundPlan, RoundResult
+from server_app.strategies.base import FederatedStrategy
 
 
 def reply(
@@ -38,3 +42,44 @@ def reply(
     for name, record in (extra or RecordDict()).items():
         content[name] = record
     return Message(content, reply_to=sent)
+
+
+def plan(
+    nodes: Mapping[int, int] | None = None, arrays: ArrayRecord | None = None, rnd: int = 1
+) -> RoundPlan:
+    """A round that sends `arrays` (default: none) to `nodes` (node id -> partition id)."""
+    return RoundPlan(
+        round=rnd,
+        arrays=arrays if arrays is not None else ArrayRecord(),
+        config=ConfigRecord({protocol.SERVER_ROUND: rnd}),
+        nodes=dict(nodes or {}),
+    )
+
+
+def aggregate(
+    strategy: FederatedStrategy,
+    replies: list[Message],
+    *,
+    arrays: ArrayRecord | None = None,
+    rnd: int = 1,
+) -> RoundResult:
+    """The strategy's result for training `replies` of a round that sent `arrays`."""
+    nodes = {m.metadata.src_node_id: 0 for m in replies}
+    return strategy.finish_round(plan(nodes, arrays, rnd), replies)
+
+
+def drive(
+    strategy: FederatedStrategy,
+    round_plan: RoundPlan,
+    answer: Callable[[Exchange], list[Message]],
+) -> tuple[RoundResult, list[Exchange]]:
+    """Run a whole round, each exchange answered by `answer`; the result and the exchanges."""
+    steps = strategy.round(round_plan)
+    sent: list[Exchange] = []
+    try:
+        step = next(steps)
+        while True:
+            sent.append(step)
+            step = steps.send(answer(step))
+    except StopIteration as done:
+        return done.value, sent

@@ -2,7 +2,8 @@
 
 The trainer runs plain mini-batch SGD and calls these hooks; an algorithm's client half
 overrides only what it changes (a loss term, a gradient correction, a step correction,
-extra reply records, state kept between rounds).
+extra reply records, state kept between rounds). A rule also has the ClientApp's hooks
+(`client_app.addons.ClientHooks`: handshake and reply metrics, a query answer).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from flwr.app import RecordDict
 from torch import nn
 
+from client_app.addons import ClientHooks
 from client_app.state import ClientState
 
 
@@ -30,7 +32,7 @@ class LocalContext:
     extras: dict[str, object] = field(default_factory=dict)  # scratch space for the rule
 
 
-class LocalRule:
+class LocalRule(ClientHooks):
     """Plain local SGD: every hook is a no-op. This is FedAvg's client."""
 
     def begin(self, ctx: LocalContext) -> None:

@@ -5,14 +5,55 @@ when it holds fewer), takes exact per-sample gradients of the data loss with `to
 (vmap of grad) in eval mode, and returns their mean m_k and biased diagonal variance v_k,
 flattened over the trainable parameters in `named_parameters()` order (spec 1.2, 1.10).
 The server turns them into this client's number of local steps (`fl_system.gsnr`).
+An add-on (`algorithm.gsnr.client`): local training stays the base algorithm's.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from torch import nn
 from torch.func import functional_call, grad, vmap
+
+from client_app.addons import ClientHooks, LocalData
+from fl_system import protocol
+
+
+class GsnrStatistics(ClientHooks):
+    """Answers the server's `gsnr-stats` query with m_k and v_k (float32 on the wire)."""
+
+    question = protocol.GSNR_STATS
+
+    def __init__(self, *, samples: int = 64) -> None:
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"algorithm.gsnr.samples must be an integer >= 1, got {samples!r}")
+        self.samples = samples
+
+    def answer(
+        self,
+        model: nn.Module,
+        data: LocalData,
+        received: RecordDict,
+        *,
+        seed: int,
+        device: torch.device,
+    ) -> RecordDict:
+        mean, variance, used = gradient_statistics(
+            model, *data, samples=self.samples, seed=seed, device=device
+        )
+        stats = ArrayRecord(
+            {
+                protocol.GSNR_MEAN: Array(mean.astype(np.float32)),
+                protocol.GSNR_VARIANCE: Array(variance.astype(np.float32)),
+            }
+        )
+        return RecordDict(
+            {
+                protocol.GSNR_STATS: stats,
+                protocol.METRICS: MetricRecord({protocol.GSNR_SAMPLES: used}),
+            }
+        )
 
 
 def gradient_statistics(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from fl_system.aggregation import weighted_average
+from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy
 
 
 class FedAvg(FederatedStrategy):
-    """w <- sum_k (n_k / n) w_k over the round's usable replies."""
+    """w <- sum_k p_k w_k over the round's usable replies (p_k: data size, or an add-on's)."""
 
-    def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
-        weights = self.aggregation_weights(server_round, replies)
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
         return weighted_average([r.arrays for r in replies], weights)

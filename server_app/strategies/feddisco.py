@@ -1,8 +1,8 @@
 """FedDisco (Ye et al., ICML 2023), server half: discrepancy-aware aggregation weights.
 
-FedDisco changes only the coefficients of the model average, so it is a weighting that every
-averaging strategy accepts (`algorithm.disco.enabled=true`); `algorithm=feddisco` is FedAvg
-with it switched on. Each client reports its scalar d_k (see `client_app/algorithms/
+FedDisco changes only the coefficients of the model average, so it is an add-on weighting that
+every averaging strategy accepts (`algorithm.disco.enabled=true`); `algorithm=feddisco` is
+FedAvg with it switched on. Each client reports its scalar d_k (see `client_app/algorithms/
 feddisco.py`); the server keeps the first value per partition id and computes
 p_k = ReLU(n_k - a d_k + b) / sum ReLU(...) over the round's participants.
 """
@@ -11,27 +11,30 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+from flwr.app import MetricRecord
 
 from fl_system import protocol
 from fl_system.disco import METRICS, NORMALIZATIONS, disco_weights, label_distribution
-from server_app.strategies.base import ClientReply
+from server_app.addons import ServerAddon
 from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.replies import ClientReply
 
 log = logging.getLogger(__name__)
 
 TARGETS = ("uniform", "global")
 
 
-class DiscoWeighting:
+class DiscoWeighting(ServerAddon):
     """Replaces data-size weights with FedDisco's; keeps the d_k cache (checkpointed)."""
+
+    state_prefix = "disco/"
 
     def __init__(
         self,
         *,
-        enabled: bool = False,
         a: float = 0.5,
         b: float = 0.1,
         metric: str = "kl",
@@ -50,25 +53,27 @@ class DiscoWeighting:
             )
         if target not in TARGETS:
             raise ValueError(f"disco.target must be one of {', '.join(TARGETS)}, got '{target}'")
-        self.enabled = bool(enabled)
         self.a, self.b = float(a), float(b)
         self.metric, self.normalize_d, self.target = metric, normalize_d, target
         self.d_by_partition: dict[int, float] = {}
         self.counts_by_partition: dict[int, np.ndarray] = {}
 
     # ----- target distribution (non-uniform variant) ---------------------------------------
-    def note_counts(self, partition_id: int, counts: list[float]) -> None:
+    def on_join(self, partition_id: int, metrics: MetricRecord) -> None:
         """Label counts a client shared at the handshake (target=global only)."""
-        self.counts_by_partition[partition_id] = np.asarray(counts, dtype=np.float64)
+        if protocol.DISCO_COUNTS in metrics:
+            counts = np.asarray(list(metrics[protocol.DISCO_COUNTS]), dtype=np.float64)
+            self.counts_by_partition[partition_id] = counts
 
-    def global_target(self) -> list[float] | None:
-        """T from the summed counts of every client seen, for target=global; else None."""
+    def shared_config(self) -> dict[str, list[float]]:
+        """T from the summed counts of every client seen, for target=global."""
         if self.target != "global" or not self.counts_by_partition:
-            return None
-        return label_distribution(sum(self.counts_by_partition.values())).tolist()
+            return {}
+        target = label_distribution(sum(self.counts_by_partition.values()))
+        return {protocol.DISCO_TARGET: target.tolist()}
 
     # ----- weights -------------------------------------------------------------------------
-    def weights(self, replies: list[ClientReply]) -> np.ndarray:
+    def weights(self, replies: Sequence[ClientReply]) -> np.ndarray:
         """p_k for the replies; clients with an invalid d_k get weight 0 (logged)."""
         for r in replies:
             if r.partition_id not in self.d_by_partition and protocol.DISCO_D in r.metrics:

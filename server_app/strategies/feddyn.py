@@ -16,13 +16,11 @@ theta_cld are the same. On the client, g_k = -alpha h_k (see `client_app/algorit
 so h is the mean over all K clients of their gradient states g_k.
 
 Which model is which, without changing the round driver: the driver evaluates and
-checkpoints the arrays that `aggregate_train` returns and passes them back in to
-`train_messages` next round. `aggregate` therefore returns theta_avg (the model FedDyn
-reports), and `node_content` turns the theta_avg it is given into theta_cld = theta_avg - h/alpha
-before it goes to the clients. theta_cld is a function of (theta_avg, h), so the checkpoint
-(model theta_avg + strategy state h) resumes exactly, and Flower's own `Strategy.start`,
-which also feeds `aggregate_train`'s result back to `configure_train`, behaves the same.
-In round 1, h = 0 and theta_cld is the initial model.
+checkpoints the arrays a round returns and starts the next round's plan from them.
+`aggregate` therefore returns theta_avg (the model FedDyn reports), and `node_content`
+turns the theta_avg it is given into theta_cld = theta_avg - h/alpha before it goes to the
+clients. theta_cld is a function of (theta_avg, h), so the checkpoint (model theta_avg +
+strategy state h) resumes exactly. In round 1, h = 0 and theta_cld is the initial model.
 
 Variant: the plain rule (the paper's Algorithm 1). The authors' extras (weight decay
 alpha + 1e-5 standing in for the quadratic term, gradient clipping at 10, adaptive
@@ -32,27 +30,26 @@ alpha_k = alpha / (K n_k)) are not used; clipping is available on the client as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, RecordDict
 
 from fl_system.aggregation import weighted_average
+from server_app.addons import ServerAddon
+from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 from server_app.strategies.layer_state import LayerState
-
-if TYPE_CHECKING:
-    from server_app.strategies.feddisco import DiscoWeighting
 
 
 class FedDyn(FederatedStrategy):
     """Uniform model average, dynamic-regulariser state h, clients start from theta_cld."""
 
     def __init__(
-        self, *, alpha: float, num_clients: int, disco: DiscoWeighting | None = None
+        self, *, alpha: float, num_clients: int, addons: Sequence[ServerAddon] = ()
     ) -> None:
-        super().__init__(disco=disco)
+        super().__init__(addons=addons)
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
             raise ValueError(f"feddyn alpha must be a number > 0, got {alpha!r}")
         if (
@@ -82,24 +79,20 @@ class FedDyn(FederatedStrategy):
         return cloud
 
     # ----- sending -------------------------------------------------------------------------
-    def node_content(
-        self,
-        server_round: int,
-        arrays: ArrayRecord,
-        config: ConfigRecord,
-        partition_id: int | None,
-    ) -> RecordDict:
-        return super().node_content(server_round, self.cloud_model(arrays), config, partition_id)
+    def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
+        return super().node_content(
+            replace(plan, arrays=self.cloud_model(plan.arrays)), partition_id
+        )
 
     # ----- receiving -----------------------------------------------------------------------
     def base_weights(self, replies: list[ClientReply]) -> list[float]:
         """FedDyn averages participants uniformly (the authors' np.mean), not by data size."""
         return [1.0] * len(replies)
 
-    def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
-        if not self.global_arrays:
-            raise RuntimeError("feddyn: aggregate before any model was sent (no theta_t)")
-        sent = self.cloud_model(self.global_arrays)  # theta_t: what the clients received
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        sent = self.cloud_model(plan.arrays)  # theta_t: what the clients received
         names = list(sent.keys())
         for r in replies:
             if len(r.arrays) != len(names):
@@ -107,9 +100,7 @@ class FedDyn(FederatedStrategy):
                     f"feddyn: partition {r.partition_id} sent {len(r.arrays)} layers, "
                     f"the model has {len(names)}"
                 )
-        theta_avg = weighted_average(
-            [r.arrays for r in replies], self.aggregation_weights(server_round, replies)
-        )
+        theta_avg = weighted_average([r.arrays for r in replies], weights)
         h = self.h.ensure(sent)
         scale = self.alpha / self.num_clients
         for i, name in enumerate(names):
@@ -121,7 +112,9 @@ class FedDyn(FederatedStrategy):
         self._cloud = None  # h changed: theta_cld must be recomputed
         return theta_avg
 
-    def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
+    def round_metrics(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> dict[str, float]:
         return {"server_state_norm": self.h.norm()}
 
     # ----- checkpointing -------------------------------------------------------------------

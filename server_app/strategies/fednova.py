@@ -16,20 +16,27 @@ like the FedDisco authors' code, this uses the plain step count whatever the mom
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from fl_system import protocol
-from fl_system.fednova import fednova_update
+from fl_system.fednova import fednova_coefficients, fednova_update
+from server_app.addons import ServerAddon, StepSchedule
+from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy
 
 
 class FedNova(FederatedStrategy):
     """Server half of FedNova: normalised averaging with `aggregation_weights` as p_k."""
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.last_tau_eff = float("nan")
+    def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
+        super().__init__(addons=addons)
+        if any(isinstance(a, StepSchedule) for a in self.addons):
+            raise ValueError(
+                "algorithm.gsnr.enabled=true cannot be used with fednova: FedNova divides each "
+                "client's update by its number of steps, which cancels GSNR's step allocation"
+            )
 
     def reject(self, reply: ClientReply) -> str | None:
         if protocol.NUM_STEPS not in reply.metrics:
@@ -39,15 +46,19 @@ class FedNova(FederatedStrategy):
             return f"reported {protocol.NUM_STEPS}={steps}: no update to normalise"
         return None
 
-    def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
-        if not self.global_arrays:
-            raise RuntimeError("FedNova needs the model sent this round (train_messages first)")
-        weights = self.aggregation_weights(server_round, replies)
-        steps = [float(r.metrics[protocol.NUM_STEPS]) for r in replies]
-        layers, self.last_tau_eff = fednova_update(
-            self.global_arrays.to_numpy_ndarrays(), [r.arrays for r in replies], weights, steps
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        layers, _ = fednova_update(
+            plan.arrays.to_numpy_ndarrays(), [r.arrays for r in replies], weights, _steps(replies)
         )
         return layers
 
-    def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
-        return {"tau_eff": self.last_tau_eff}
+    def round_metrics(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> dict[str, float]:
+        return {"tau_eff": fednova_coefficients(weights, _steps(replies))[1]}
+
+
+def _steps(replies: list[ClientReply]) -> list[float]:
+    return [float(r.metrics[protocol.NUM_STEPS]) for r in replies]

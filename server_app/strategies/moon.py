@@ -9,4 +9,4 @@ from server_app.strategies.fedavg import FedAvg
 
 
 class Moon(FedAvg):
-    """Server half of MOON: FedAvg's averaging with `aggregation_weights` (Disco-aware)."""
+    """Server half of MOON: FedAvg's averaging (any add-on weighting applies)."""

@@ -6,7 +6,7 @@ stay zero). Each round
 
     sent down:  the global model w and c (ArrayRecord `protocol.SCAFFOLD_C`)
     sent up:    the local model w_k and dc_k = c_k+ - c_k (ArrayRecord `protocol.SCAFFOLD_DELTA_C`)
-    w  <- sum_{k in S_t} p_k w_k          p_k = `aggregation_weights` (data sizes, or FedDisco's)
+    w  <- sum_{k in S_t} p_k w_k          p_k: data sizes, or an add-on weighting's
     c  <- c + (1/K) sum_{k in S_t} dc_k   K = all clients, not |S_t|; no FedDisco reweighting
 
 (the global step size eta_g is 1, as in FedDisco's and NIID-Bench's code). A reply without a
@@ -18,19 +18,17 @@ The client half is `client_app/algorithms/scaffold.py`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import weighted_average
+from server_app.addons import ServerAddon
+from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 from server_app.strategies.layer_state import LayerState
-
-if TYPE_CHECKING:
-    from server_app.strategies.feddisco import DiscoWeighting
 
 log = logging.getLogger(__name__)
 
@@ -44,39 +42,33 @@ def _positive_int(name: str, value: object) -> int:
 class Scaffold(FederatedStrategy):
     """Data-size (or FedDisco) weighted model average plus the global control variate c."""
 
-    def __init__(self, *, num_clients: int, disco: DiscoWeighting | None = None) -> None:
-        super().__init__(disco=disco)
+    def __init__(self, *, num_clients: int, addons: Sequence[ServerAddon] = ()) -> None:
+        super().__init__(addons=addons)
         self.num_clients = _positive_int("scaffold num_clients", num_clients)
         self.c = LayerState("scaffold/c")
         self._c_record: ArrayRecord | None = None  # c as sent this round (cached per round)
 
     # ----- sending -------------------------------------------------------------------------
-    def node_content(
-        self,
-        server_round: int,
-        arrays: ArrayRecord,
-        config: ConfigRecord,
-        partition_id: int | None,
-    ) -> RecordDict:
-        content = super().node_content(server_round, arrays, config, partition_id)
+    def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
+        content = super().node_content(plan, partition_id)
         if self._c_record is None:
-            self._c_record = self.c.record(arrays)
+            self._c_record = self.c.record(plan.arrays)
         content[protocol.SCAFFOLD_C] = self._c_record
         return content
 
     # ----- receiving -----------------------------------------------------------------------
-    def aggregate(self, server_round: int, replies: list[ClientReply]) -> list[np.ndarray]:
-        weights = self.aggregation_weights(server_round, replies)
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
         new_model = weighted_average([r.arrays for r in replies], weights)
-        template = self.global_arrays or replies[0].content.array_records[protocol.ARRAYS]
-        c = self.c.ensure(template)
+        c = self.c.ensure(plan.arrays)
         total = {name: np.zeros_like(v) for name, v in c.items()}
         for r in replies:
             delta, problem = _delta_c(r, c)
             if problem is not None:
                 log.warning(
                     "round %d: partition %d: %s; its model is averaged but c is updated without it",
-                    server_round,
+                    plan.round,
                     r.partition_id,
                     problem,
                 )
@@ -88,7 +80,9 @@ class Scaffold(FederatedStrategy):
         self._c_record = None
         return new_model
 
-    def round_metrics(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
+    def round_metrics(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> dict[str, float]:
         return {"server_state_norm": self.c.norm()}
 
     # ----- checkpointing -------------------------------------------------------------------

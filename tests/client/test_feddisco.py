@@ -7,32 +7,37 @@ import pytest
 from flwr.app import ConfigRecord
 from hydra import compose, initialize_config_dir
 
-from client_app.algorithms.feddisco import handshake_metrics, train_metrics
+from client_app.algorithms.feddisco import DiscoReport
 from fl_system import protocol
 from fl_system.cli import CONF_DIR
+from fl_system.experiment import build_client_addons
 
 
-def _cfg(*overrides: str):
+def _report(*overrides: str) -> list:
+    """The client add-ons a composed config enables (digits: 10 classes)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose("config", overrides=["dataset=digits", *overrides])
+        return build_client_addons(compose("config", overrides=["dataset=digits", *overrides]))
 
 
 LABELS = np.array([0, 0, 1, 1] + [2] * 0)  # two of ten classes, equally
 
 
 def test_d_is_kl_to_uniform() -> None:
-    got = train_metrics(_cfg("algorithm=feddisco"), LABELS, ConfigRecord())
+    (report,) = _report("algorithm=feddisco")
+    assert isinstance(report, DiscoReport)
+    got = report.reply_metrics((np.zeros((4, 1)), LABELS), ConfigRecord())
     assert got == {protocol.DISCO_D: pytest.approx(np.log(10 / 2))}
-    assert handshake_metrics(_cfg("algorithm=feddisco"), lambda: LABELS) == {}
+    assert report.handshake_metrics(lambda: (np.zeros((4, 1)), LABELS)) == {}
 
 
 def test_nothing_is_sent_when_disco_is_off() -> None:
-    assert train_metrics(_cfg("algorithm=fedavg"), LABELS, ConfigRecord()) == {}
+    assert _report("algorithm=fedavg") == []
 
 
 def test_global_target_uses_the_broadcast_distribution() -> None:
-    cfg = _cfg("algorithm=feddisco", "algorithm.disco.target=global")
-    counts = handshake_metrics(cfg, lambda: LABELS)[protocol.DISCO_COUNTS]
+    (report,) = _report("algorithm=feddisco", "algorithm.disco.target=global")
+    data = (np.zeros((4, 1)), LABELS)
+    counts = report.handshake_metrics(lambda: data)[protocol.DISCO_COUNTS]
     assert counts == [2.0, 2.0] + [0.0] * 8
     target = ConfigRecord({protocol.DISCO_TARGET: [0.5, 0.5] + [0.0] * 8})
-    assert train_metrics(cfg, LABELS, target)[protocol.DISCO_D] == pytest.approx(0.0, abs=1e-9)
+    assert report.reply_metrics(data, target)[protocol.DISCO_D] == pytest.approx(0.0, abs=1e-9)

@@ -10,7 +10,7 @@ from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 from fl_system import protocol
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.fedprox import FedProx
-from tests.mock_replies import reply
+from tests.mock_replies import aggregate, plan, reply
 
 
 def _replies(seed: int = 0) -> list[Message]:
@@ -31,7 +31,7 @@ def _replies(seed: int = 0) -> list[Message]:
 
 def test_fedavg_equals_flowers_fedavg_on_the_same_replies() -> None:
     replies = _replies()
-    ours, _ = FedAvg().aggregate_train(1, replies)
+    ours = aggregate(FedAvg(), replies).arrays
     theirs, _ = FlowerFedAvg().aggregate_train(1, replies)
     assert ours is not None and theirs is not None
     diffs = [
@@ -46,15 +46,17 @@ def test_fedavg_weights_by_examples_exactly() -> None:
         reply(1, [np.array([1.0, 2.0], np.float32)], partition_id=0, num_examples=1),
         reply(2, [np.array([4.0, 8.0], np.float32)], partition_id=1, num_examples=3),
     ]
-    arrays, metrics = FedAvg().aggregate_train(1, replies)
-    np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [3.25, 6.5])
-    assert metrics["train_loss"] == 0.0
+    result = aggregate(FedAvg(), replies)
+    np.testing.assert_allclose(result.arrays.to_numpy_ndarrays()[0], [3.25, 6.5])
+    assert result.metrics["train_loss"] == 0.0
+    assert result.metrics["weight_0"] == 0.25 and result.metrics["weight_1"] == 0.75
+    assert result.participants == 2 and result.failures == []
 
 
 def test_fedprox_server_is_fedavg() -> None:
     replies = _replies(seed=3)
-    a, _ = FedAvg().aggregate_train(1, replies)
-    b, _ = FedProx().aggregate_train(1, replies)
+    a = aggregate(FedAvg(), replies).arrays
+    b = aggregate(FedProx(), replies).arrays
     for x, y in zip(a.to_numpy_ndarrays(), b.to_numpy_ndarrays(), strict=True):
         np.testing.assert_array_equal(x, y)
 
@@ -65,12 +67,12 @@ def test_failed_and_malformed_replies_are_dropped_with_reasons() -> None:
     error = Message(Error(code=1, reason="out of memory"), reply_to=sent)
     sent2 = Message(RecordDict(), dst_node_id=8, message_type=MessageType.TRAIN)
     no_metrics = Message(RecordDict({protocol.ARRAYS: ArrayRecord()}), reply_to=sent2)
-    strategy = FedAvg()
-    arrays, _ = strategy.aggregate_train(1, [*good, error, no_metrics])
-    expected, _ = FedAvg().aggregate_train(1, good)
-    for x, y in zip(arrays.to_numpy_ndarrays(), expected.to_numpy_ndarrays(), strict=True):
+    result = aggregate(FedAvg(), [*good, error, no_metrics])
+    expected = aggregate(FedAvg(), good).arrays
+    for x, y in zip(result.arrays.to_numpy_ndarrays(), expected.to_numpy_ndarrays(), strict=True):
         np.testing.assert_array_equal(x, y)
-    reasons = {f.node_id: f.reason for f in strategy.last_failures}
+    assert result.participants == 3
+    reasons = {f.node_id: f.reason for f in result.failures}
     assert reasons[7] == "client error: out of memory"
     assert "MetricRecord 'metrics'" in reasons[8]
 
@@ -85,11 +87,10 @@ def test_a_diverged_local_model_is_dropped_not_averaged() -> None:
         reply(2, [inf, fine], partition_id=1, num_examples=5),
         reply(3, [fine, fine], partition_id=2, num_examples=5),
     ]
-    strategy = FedAvg()
-    arrays, _ = strategy.aggregate_train(1, replies)
-    for layer in arrays.to_numpy_ndarrays():
+    result = aggregate(FedAvg(), replies)
+    for layer in result.arrays.to_numpy_ndarrays():
         np.testing.assert_array_equal(layer, fine)
-    reasons = {f.node_id: f.reason for f in strategy.last_failures}
+    reasons = {f.node_id: f.reason for f in result.failures}
     assert sorted(reasons) == [1, 2]
     assert reasons[1].startswith("local model has NaN or inf in 1 of 2 layers, first '1' ")
     assert reasons[2].startswith("local model has NaN or inf in 1 of 2 layers, first '0' ")
@@ -102,21 +103,21 @@ def test_extra_records_do_not_reject_a_reply() -> None:
         reply(1, [np.ones(2, np.float32)], partition_id=0, num_examples=2, extra=extra),
         reply(2, [np.zeros(2, np.float32)], partition_id=1, num_examples=2),
     ]
-    arrays, _ = FedAvg().aggregate_train(1, replies)
+    arrays = aggregate(FedAvg(), replies).arrays
     np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [0.5, 0.5])
 
 
 def test_no_usable_reply_gives_nothing() -> None:
     sent = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
     error = Message(Error(code=1, reason="boom"), reply_to=sent)
-    assert FedAvg().aggregate_train(1, [error]) == (None, None)
+    result = aggregate(FedAvg(), [error])
+    assert result.arrays is None and result.participants == 0
+    assert [f.reason for f in result.failures] == ["client error: boom"]
 
 
 def test_train_messages_are_per_node_and_keep_layer_names() -> None:
     arrays = ArrayRecord.from_numpy_ndarrays([np.zeros(3, np.float32)])
-    msgs = FedAvg().train_messages(
-        4, arrays, ConfigRecord({protocol.SERVER_ROUND: 4}), {11: 0, 12: 1}
-    )
+    msgs = FedAvg().train_messages(plan({11: 0, 12: 1}, arrays, rnd=4))
     assert [m.metadata.dst_node_id for m in msgs] == [11, 12]
     assert all(m.metadata.message_type == MessageType.TRAIN for m in msgs)
     assert msgs[0].content.config_records[protocol.CONFIG][protocol.SERVER_ROUND] == 4

@@ -6,12 +6,12 @@ import logging
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.app import MetricRecord
 
 from fl_system import protocol
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.feddisco import DiscoWeighting, FedDisco
-from tests.mock_replies import reply
+from tests.mock_replies import aggregate, plan, reply
 
 
 def _reply(pid: int, value: float, n: int, d: float | None):
@@ -25,8 +25,8 @@ def test_counts_vector_gives_the_spec_weights_in_a_round() -> None:
     # Counts [[50,50,0],[10,10,10],[90,0,0]] -> KL to uniform, as the clients would report.
     d = [np.log(3) - np.log(2), 0.0, np.log(3)]
     replies = [_reply(0, 1.0, 100, d[0]), _reply(1, 2.0, 30, d[1]), _reply(2, 4.0, 90, d[2])]
-    strategy = FedDisco(disco=DiscoWeighting(enabled=True))
-    arrays, metrics = strategy.aggregate_train(1, replies)
+    result = aggregate(FedDisco(addons=[DiscoWeighting()]), replies)
+    arrays, metrics = result.arrays, result.metrics
     p = [0.524696, 0.295455, 0.179849]
     np.testing.assert_allclose([metrics[f"weight_{k}"] for k in range(3)], p, atol=5e-7)
     np.testing.assert_allclose(
@@ -36,21 +36,18 @@ def test_counts_vector_gives_the_spec_weights_in_a_round() -> None:
 
 def test_a_zero_b_zero_equals_fedavg() -> None:
     replies = [_reply(0, 1.0, 10, 0.7), _reply(1, 3.0, 30, 0.1)]
-    disco, _ = FedAvg(disco=DiscoWeighting(enabled=True, a=0, b=0)).aggregate_train(1, replies)
-    plain, _ = FedAvg().aggregate_train(1, replies)
+    disco = aggregate(FedAvg(addons=[DiscoWeighting(a=0, b=0)]), replies).arrays
+    plain = aggregate(FedAvg(), replies).arrays
     np.testing.assert_array_equal(disco.to_numpy_ndarrays()[0], plain.to_numpy_ndarrays()[0])
-
-
-def test_disabled_weighting_is_ignored() -> None:
-    assert FedAvg(disco=DiscoWeighting(enabled=False)).disco is None
 
 
 @pytest.mark.parametrize("bad", [float("nan"), -0.5, None])
 def test_invalid_or_missing_d_is_excluded_with_a_warning(bad, caplog) -> None:
     replies = [_reply(0, 1.0, 10, 0.2), _reply(1, 5.0, 10, 0.2), _reply(2, 100.0, 10, bad)]
-    strategy = FedAvg(disco=DiscoWeighting(enabled=True))
+    strategy = FedAvg(addons=[DiscoWeighting()])
     with caplog.at_level(logging.WARNING):
-        arrays, metrics = strategy.aggregate_train(1, replies)
+        result = aggregate(strategy, replies)
+    arrays, metrics = result.arrays, result.metrics
     assert metrics["weight_2"] == 0.0
     np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [3.0])  # the mean of 1 and 5
     assert "excluded from the average" in caplog.text
@@ -58,28 +55,29 @@ def test_invalid_or_missing_d_is_excluded_with_a_warning(bad, caplog) -> None:
 
 def test_every_weight_clipped_falls_back_to_sizes_with_warning(caplog) -> None:
     replies = [_reply(0, 0.0, 10, 0.9), _reply(1, 4.0, 30, 0.1)]
-    strategy = FedAvg(disco=DiscoWeighting(enabled=True, a=50.0, b=0.0))
+    strategy = FedAvg(addons=[DiscoWeighting(a=50.0, b=0.0)])
     with caplog.at_level(logging.WARNING):
-        arrays, _ = strategy.aggregate_train(1, replies)
+        arrays = aggregate(strategy, replies).arrays
     np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [3.0])
     assert "every FedDisco weight was clipped" in caplog.text
 
 
 def test_first_reported_d_is_cached_and_checkpointed() -> None:
-    strategy = FedAvg(disco=DiscoWeighting(enabled=True))
-    strategy.aggregate_train(1, [_reply(0, 1.0, 10, 0.3), _reply(1, 1.0, 10, 0.1)])
-    strategy.aggregate_train(2, [_reply(0, 1.0, 10, 0.9), _reply(1, 1.0, 10, None)])
-    assert strategy.disco.d_by_partition == {0: 0.3, 1: 0.1}
-    restored = FedAvg(disco=DiscoWeighting(enabled=True))
-    restored.load_state_dict(strategy.state_dict())
-    assert restored.disco.d_by_partition == {0: 0.3, 1: 0.1}
+    disco = DiscoWeighting()
+    strategy = FedAvg(addons=[disco])
+    aggregate(strategy, [_reply(0, 1.0, 10, 0.3), _reply(1, 1.0, 10, 0.1)])
+    aggregate(strategy, [_reply(0, 1.0, 10, 0.9), _reply(1, 1.0, 10, None)], rnd=2)
+    assert disco.d_by_partition == {0: 0.3, 1: 0.1}
+    restored = DiscoWeighting()
+    FedAvg(addons=[restored]).load_state_dict(strategy.state_dict())
+    assert restored.d_by_partition == {0: 0.3, 1: 0.1}
 
 
 def test_global_target_from_handshake_counts_reaches_the_config() -> None:
-    strategy = FedAvg(disco=DiscoWeighting(enabled=True, target="global"))
+    strategy = FedAvg(addons=[DiscoWeighting(target="global")])
     strategy.on_handshake(0, MetricRecord({protocol.DISCO_COUNTS: [30.0, 10.0]}))
     strategy.on_handshake(1, MetricRecord({protocol.DISCO_COUNTS: [10.0, 30.0]}))
-    content = strategy.node_content(1, ArrayRecord(), ConfigRecord({protocol.SERVER_ROUND: 1}), 0)
+    content = strategy.node_content(plan({11: 0}), 0)
     assert content.config_records[protocol.CONFIG][protocol.DISCO_TARGET] == [0.5, 0.5]
 
 
@@ -93,5 +91,5 @@ def test_global_target_from_handshake_counts_reaches_the_config() -> None:
 )
 def test_bad_settings_are_named(kwargs, message) -> None:
     with pytest.raises(ValueError) as err:
-        DiscoWeighting(enabled=True, **kwargs)
+        DiscoWeighting(**kwargs)
     assert message in str(err.value)

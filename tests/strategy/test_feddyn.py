@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord
 
 from fl_system import protocol
 from server_app.strategies.feddyn import FedDyn
-from tests.mock_replies import reply
-
-CONFIG = ConfigRecord({protocol.SERVER_ROUND: 1})
+from tests.mock_replies import aggregate, plan, reply
 
 
 def _record(w: list[float]) -> ArrayRecord:
@@ -40,7 +38,7 @@ def _reply(node: int, pid: int, n: int, w: list[float]):
 
 
 def _sent(strategy: FedDyn, rnd: int, arrays: ArrayRecord, nodes: dict[int, int]):
-    msgs = strategy.train_messages(rnd, arrays, CONFIG, nodes)
+    msgs = strategy.train_messages(plan(nodes, arrays, rnd))
     models = [m.content.array_records[protocol.ARRAYS] for m in msgs]
     for m in models[1:]:
         np.testing.assert_array_equal(m["layer.weight"].numpy(), models[0]["layer.weight"].numpy())
@@ -51,22 +49,25 @@ def _sent(strategy: FedDyn, rnd: int, arrays: ArrayRecord, nodes: dict[int, int]
 
 def test_two_rounds_with_two_of_four_clients() -> None:
     strategy = FedDyn(alpha=0.5, num_clients=4)
-    np.testing.assert_array_equal(_sent(strategy, 1, _record([1.0, 2.0]), {11: 0, 12: 2}), [1, 2])
-    arrays, metrics = strategy.aggregate_train(
-        1, [_reply(11, 0, 1, [2.0, 2.0]), _reply(12, 2, 3, [0.0, 6.0])]
+    first = _record([1.0, 2.0])
+    np.testing.assert_array_equal(_sent(strategy, 1, first, {11: 0, 12: 2}), [1, 2])
+    result = aggregate(
+        strategy, [_reply(11, 0, 1, [2.0, 2.0]), _reply(12, 2, 3, [0.0, 6.0])], arrays=first
     )
+    arrays, metrics = result.arrays, result.metrics
     # evaluated/reported model: theta_avg, uniform weights
     np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[0], [1.0, 4.0])
     np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[1], [7])
     np.testing.assert_array_equal(strategy.h.values["layer.weight"], [0.0, -0.5])
     assert metrics["server_state_norm"] == pytest.approx(0.5)
-    assert strategy.last_weights == {0: 0.5, 2: 0.5}
+    assert (metrics["weight_0"], metrics["weight_2"]) == (0.5, 0.5)
 
     # clients receive theta_cld, not the theta_avg the driver hands in
     np.testing.assert_array_equal(_sent(strategy, 2, arrays, {11: 0, 13: 3}), [1.0, 5.0])
-    arrays, metrics = strategy.aggregate_train(
-        2, [_reply(11, 0, 1, [1.0, 5.0]), _reply(13, 3, 1, [3.0, 5.0])]
+    result = aggregate(
+        strategy, [_reply(11, 0, 1, [1.0, 5.0]), _reply(13, 3, 1, [3.0, 5.0])], arrays=arrays, rnd=2
     )
+    arrays, metrics = result.arrays, result.metrics
     np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[0], [2.0, 5.0])
     np.testing.assert_array_equal(strategy.h.values["layer.weight"], [-0.25, -0.5])
     assert metrics["server_state_norm"] == pytest.approx(np.sqrt(0.25**2 + 0.5**2))
@@ -77,14 +78,15 @@ def test_model_average_uses_aggregation_weights() -> None:
     """The hook FedDisco replaces; h still sums the participants' drifts uniformly."""
 
     class First(FedDyn):
-        def aggregation_weights(self, server_round, replies):
+        def aggregation_weights(self, replies):
             return np.array([1.0, 0.0])
 
     strategy = First(alpha=0.5, num_clients=4)
-    strategy.train_messages(1, _record([1.0, 2.0]), CONFIG, {11: 0, 12: 2})
-    arrays, _ = strategy.aggregate_train(
-        1, [_reply(11, 0, 1, [2.0, 2.0]), _reply(12, 2, 3, [0.0, 6.0])]
-    )
+    arrays = aggregate(
+        strategy,
+        [_reply(11, 0, 1, [2.0, 2.0]), _reply(12, 2, 3, [0.0, 6.0])],
+        arrays=_record([1.0, 2.0]),
+    ).arrays
     np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[0], [2.0, 2.0])
     np.testing.assert_array_equal(strategy.h.values["layer.weight"], [0.0, -0.5])
 
@@ -92,10 +94,11 @@ def test_model_average_uses_aggregation_weights() -> None:
 def test_state_dict_round_trip_gives_the_same_cloud_model() -> None:
     strategy = FedDyn(alpha=0.5, num_clients=4)
     assert strategy.state_dict() == {}
-    strategy.train_messages(1, _record([1.0, 2.0]), CONFIG, {11: 0, 12: 2})
-    arrays, _ = strategy.aggregate_train(
-        1, [_reply(11, 0, 1, [2.0, 2.0]), _reply(12, 2, 3, [0.0, 6.0])]
-    )
+    arrays = aggregate(
+        strategy,
+        [_reply(11, 0, 1, [2.0, 2.0]), _reply(12, 2, 3, [0.0, 6.0])],
+        arrays=_record([1.0, 2.0]),
+    ).arrays
     state = strategy.state_dict()
     assert list(state) == ["feddyn/h/layer.weight"]
 
@@ -110,9 +113,10 @@ def test_state_dict_round_trip_gives_the_same_cloud_model() -> None:
         FedDyn(alpha=0.5, num_clients=4).load_state_dict({"scaffold/c/x": np.zeros(1)})
 
 
-def test_aggregate_before_sending_is_an_error() -> None:
-    with pytest.raises(RuntimeError, match="no theta_t"):
-        FedDyn(alpha=0.1, num_clients=2).aggregate_train(1, [_reply(1, 0, 1, [0.0, 0.0])])
+def test_a_reply_with_other_layers_is_an_error() -> None:
+    one_layer = reply(1, [np.zeros(2, np.float32)], partition_id=0, num_examples=1)
+    with pytest.raises(ValueError, match="partition 0 sent 1 layers, the model has 2"):
+        aggregate(FedDyn(alpha=0.1, num_clients=2), [one_layer], arrays=_record([0.0, 0.0]))
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,11 @@ import logging
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, RecordDict
 
 from fl_system import protocol
 from server_app.strategies.scaffold import Scaffold
-from tests.mock_replies import reply
-
-CONFIG = ConfigRecord({protocol.SERVER_ROUND: 1})
+from tests.mock_replies import aggregate, plan, reply
 
 
 def _global() -> ArrayRecord:
@@ -35,7 +33,7 @@ def _reply(node: int, pid: int, n: int, w: list[float], dc: list[float] | None):
 
 
 def _c_sent(strategy: Scaffold, arrays: ArrayRecord, nodes: dict[int, int]) -> list[np.ndarray]:
-    msgs = strategy.train_messages(2, arrays, CONFIG, nodes)
+    msgs = strategy.train_messages(plan(nodes, arrays, rnd=2))
     records = [m.content.array_records[protocol.SCAFFOLD_C] for m in msgs]
     assert all(list(r.keys()) == ["layer.weight"] for r in records)
     return [r["layer.weight"].numpy() for r in records]
@@ -43,7 +41,7 @@ def _c_sent(strategy: Scaffold, arrays: ArrayRecord, nodes: dict[int, int]) -> l
 
 def test_first_round_sends_zero_c_to_every_node() -> None:
     strategy = Scaffold(num_clients=4)
-    msgs = strategy.train_messages(1, _global(), CONFIG, {11: 0, 12: 1})
+    msgs = strategy.train_messages(plan({11: 0, 12: 1}, _global()))
     for m in msgs:
         c = m.content.array_records[protocol.SCAFFOLD_C]
         assert list(c.keys()) == ["layer.weight"]
@@ -54,12 +52,12 @@ def test_first_round_sends_zero_c_to_every_node() -> None:
 
 def test_one_round_with_two_of_four_clients() -> None:
     strategy = Scaffold(num_clients=4)
-    strategy.train_messages(1, _global(), CONFIG, {11: 0, 12: 2})
     replies = [
         _reply(11, 0, 1, [1.0, 2.0], [0.4, -0.8]),
         _reply(12, 2, 3, [3.0, 6.0], [1.2, 0.4]),
     ]
-    arrays, metrics = strategy.aggregate_train(1, replies)
+    result = aggregate(strategy, replies, arrays=_global())
+    arrays, metrics = result.arrays, result.metrics
     # model: data-size weights 1/4, 3/4
     model = arrays.to_numpy_ndarrays()
     np.testing.assert_allclose(model[0], [0.25 * 1 + 0.75 * 3, 0.25 * 2 + 0.75 * 6])
@@ -72,8 +70,7 @@ def test_one_round_with_two_of_four_clients() -> None:
         np.testing.assert_allclose(c, expected_c, rtol=1e-6)
 
     # round 2: one client, c accumulates
-    strategy.train_messages(2, arrays, CONFIG, {13: 3})
-    strategy.aggregate_train(2, [_reply(13, 3, 5, [0.0, 0.0], [0.4, 0.4])])
+    aggregate(strategy, [_reply(13, 3, 5, [0.0, 0.0], [0.4, 0.4])], arrays=arrays, rnd=2)
     np.testing.assert_allclose(strategy.c.values["layer.weight"], [0.5, 0.0], atol=1e-7)
 
 
@@ -81,14 +78,15 @@ def test_model_average_uses_aggregation_weights() -> None:
     """The hook FedDisco replaces: here it gives all weight to the second client."""
 
     class Second(Scaffold):
-        def aggregation_weights(self, server_round, replies):
+        def aggregation_weights(self, replies):
             return np.array([0.0, 1.0])
 
     strategy = Second(num_clients=2)
-    strategy.train_messages(1, _global(), CONFIG, {11: 0, 12: 1})
-    arrays, _ = strategy.aggregate_train(
-        1, [_reply(11, 0, 9, [1.0, 1.0], [1.0, 1.0]), _reply(12, 1, 1, [5.0, 3.0], [1.0, 3.0])]
-    )
+    arrays = aggregate(
+        strategy,
+        [_reply(11, 0, 9, [1.0, 1.0], [1.0, 1.0]), _reply(12, 1, 1, [5.0, 3.0], [1.0, 3.0])],
+        arrays=_global(),
+    ).arrays
     np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[0], [5.0, 3.0])
     # c is not reweighted: (dc_0 + dc_1) / 2
     np.testing.assert_allclose(strategy.c.values["layer.weight"], [1.0, 2.0])
@@ -98,7 +96,6 @@ def test_reply_without_delta_c_is_averaged_but_left_out_of_c(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     strategy = Scaffold(num_clients=4)
-    strategy.train_messages(1, _global(), CONFIG, {11: 0, 12: 1, 13: 2})
     bad_shape = ArrayRecord({"layer.weight": Array(np.zeros(3, np.float32))})
     replies = [
         _reply(11, 0, 1, [4.0, 4.0], [2.0, -2.0]),
@@ -112,19 +109,20 @@ def test_reply_without_delta_c_is_averaged_but_left_out_of_c(
         ),
     ]
     with caplog.at_level(logging.WARNING):
-        arrays, _ = strategy.aggregate_train(1, replies)
-    np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [2.0, 2.0])  # (4 + 0 + 2*2) / 4
+        result = aggregate(strategy, replies, arrays=_global())
+    np.testing.assert_allclose(result.arrays.to_numpy_ndarrays()[0], [2.0, 2.0])  # (4+0+2*2)/4
     np.testing.assert_allclose(strategy.c.values["layer.weight"], [0.5, -0.5])
     assert "partition 1: reply lacks ArrayRecord 'scaffold-delta-c'" in caplog.text
     assert "partition 2: delta c layer 'layer.weight' has shape (3,)" in caplog.text
-    assert strategy.last_failures == []
+    assert result.failures == []
 
 
 def test_state_dict_round_trip_restores_c() -> None:
     strategy = Scaffold(num_clients=2)
     assert strategy.state_dict() == {}
-    strategy.train_messages(1, _global(), CONFIG, {11: 0})
-    arrays, _ = strategy.aggregate_train(1, [_reply(11, 0, 1, [1.0, 1.0], [0.5, -1.5])])
+    arrays = aggregate(
+        strategy, [_reply(11, 0, 1, [1.0, 1.0], [0.5, -1.5])], arrays=_global()
+    ).arrays
     state = strategy.state_dict()
     assert list(state) == ["scaffold/c/layer.weight"]
     np.testing.assert_allclose(state["scaffold/c/layer.weight"], [0.25, -0.75])
@@ -141,7 +139,7 @@ def test_checkpoint_of_another_model_is_rejected() -> None:
     strategy = Scaffold(num_clients=2)
     strategy.load_state_dict({"scaffold/c/other.weight": np.zeros(2)})
     with pytest.raises(ValueError, match="scaffold/c state has layers"):
-        strategy.train_messages(1, _global(), CONFIG, {11: 0})
+        strategy.train_messages(plan({11: 0}, _global()))
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4"])

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from fl_system.cli import CONF_DIR
 from fl_system.data.partitions import Partitioner
-from fl_system.experiment import build, build_model
+from fl_system.experiment import build, build_client_addons, build_model, build_strategy
 from fl_system.validation import check_values
 from server_app.strategies.base import FederatedStrategy
 
@@ -28,11 +28,13 @@ def _cfg(*overrides: str) -> DictConfig:
 
 @pytest.mark.parametrize("name", _options("algorithm"))
 def test_algorithms_build_both_halves(name: str) -> None:
-    cfg = _cfg(f"algorithm={name}")
+    cfg = _cfg(f"algorithm={name}", "train.local_steps=5")
     assert cfg.algorithm.name == name
-    assert isinstance(build(cfg.algorithm.strategy), FederatedStrategy)
+    strategy = build_strategy(cfg)
+    assert isinstance(strategy, FederatedStrategy)
     rule = build(cfg.algorithm.local_rule)
     assert callable(rule.loss_term) and callable(rule.finish)
+    assert len(strategy.addons) == len(build_client_addons(cfg))
 
 
 @pytest.mark.parametrize("name", _options("model"))

@@ -1,0 +1,70 @@
+"""The shape of a round: a sequence of exchanges that the strategy drives (DESIGN.md §7).
+
+A strategy's `round(plan)` is a generator. It yields an `Exchange` (messages to send), the
+driver sends them and resumes it with the replies, and at the end it returns a
+`RoundResult`. The driver owns everything around the exchanges: one deadline for the whole
+round, bytes and time per exchange label, metrics, evaluation, checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+
+from flwr.app import ArrayRecord, ConfigRecord, Message
+
+Scalar = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class ClientFailure:
+    """A client that could not be used this round, and why."""
+
+    node_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Messages to send at once; `label` names the exchange in metrics (bytes, seconds)."""
+
+    messages: list[Message]
+    label: str = "train"
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What a round starts from and, as steps before training refine it, whom it trains.
+
+    `node_config` holds per-partition settings that travel only in that client's message and
+    override the run's `train.*` there (e.g. FedGSNR's local steps). `metrics` and `failures`
+    collect what the steps before training found out; they end up in the round's result.
+    """
+
+    round: int
+    arrays: ArrayRecord  # the global model at the start of the round
+    config: ConfigRecord  # the round's settings, sent to every client
+    nodes: Mapping[int, int]  # node id -> partition id of the clients to train
+    node_config: Mapping[int, Mapping[str, Scalar]] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    failures: tuple[ClientFailure, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What a round produced; `arrays` is None when no reply could be used."""
+
+    arrays: ArrayRecord | None
+    metrics: dict[str, float]
+    failures: list[ClientFailure]
+    participants: int  # clients whose replies went into the new model
+
+
+RoundSteps = Generator[Exchange, list[Message], RoundResult]
+PlanSteps = Generator[Exchange, list[Message], RoundPlan]
+
+
+def no_exchange(plan: RoundPlan) -> PlanSteps:
+    """A step before training that sends nothing and leaves the plan as it is."""
+    return plan
+    yield  # unreachable: makes this function a generator
