@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 from client_app.algorithms.fedgsnr import gradient_statistics
+from fl_system import gsnr
+from fl_system.data.corruption import corrupt
 
 
 def _data(n: int, features: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -89,3 +91,38 @@ def test_samples_below_one_is_refused() -> None:
     x, y = _data(4, 3, 2)
     with pytest.raises(ValueError, match="gsnr samples and chunk_size must be >= 1"):
         gradient_statistics(nn.Linear(3, 2), x, y, samples=0, seed=0)
+
+
+def test_a_label_shifted_client_has_a_lower_median_gsnr_than_its_clean_self() -> None:
+    """Spec 6, last unit test: five clients of one linear task, client 0 with l -> (l+1) mod 4.
+
+    Its GSNR at five points along a training run (median over these "rounds") is measured
+    once clean and once shifted, the other clients' statistics unchanged.
+    """
+    rng = np.random.default_rng(0)
+    teacher = rng.normal(size=(10, 4))
+    clients = []
+    for _ in range(5):
+        x = rng.normal(size=(200, 10)).astype(np.float32)
+        clients.append((x, np.argmax(x @ teacher, axis=1)))
+    x0, y0 = clients[0]
+    shifted = [(x0, corrupt(x0, y0, kind="label_shift", shift=1, num_classes=4, seed=0)[1])]
+
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    pooled_x = torch.as_tensor(np.concatenate([x for x, _ in clients]))
+    pooled_y = torch.as_tensor(np.concatenate([y for _, y in clients]))
+    clean_scores, shifted_scores = [], []
+    for _ in range(5):
+        for data, scores in ((clients, clean_scores), (shifted + clients[1:], shifted_scores)):
+            stats = [gradient_statistics(model, x, y, samples=64, seed=1) for x, y in data]
+            means = np.stack([m for m, _, _ in stats])
+            variances = np.stack([v for _, v, _ in stats])
+            m_g, v_g = gsnr.global_statistics(means, variances, [len(y) for _, y in data])
+            scores.append(gsnr.client_terms(means, variances, m_g, v_g, 16).gsnr[0])
+        for _ in range(10):  # the next "round": the model trains on
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(pooled_x), pooled_y).backward()
+            optimizer.step()
+    assert np.median(shifted_scores) < 0.5 * np.median(clean_scores)

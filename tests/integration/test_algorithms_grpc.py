@@ -25,11 +25,20 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-# Every shipped algorithm, plus compositions that cross the two halves in other ways.
+# Every shipped algorithm (FedGSNR's two exchanges run in test_local_runtime.py), plus a
+# composition of both add-ons with an algorithm that sends and returns extra arrays.
 ALGORITHMS = {
     path.stem: [f"algorithm={path.stem}"]
     for path in sorted((CONF_DIR / "algorithm").glob("*.yaml"))
-} | {"scaffold+disco": ["algorithm=scaffold", "algorithm.disco.enabled=true"]}
+    if path.stem != "fedgsnr"
+} | {
+    "scaffold+disco+gsnr": [
+        "algorithm=scaffold",
+        "algorithm.disco.enabled=true",
+        "algorithm.gsnr.enabled=true",
+        "train.local_steps=4",
+    ]
+}
 
 
 @pytest.fixture(scope="module")

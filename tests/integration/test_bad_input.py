@@ -31,6 +31,19 @@ def _error_lines(stderr: str) -> list[str]:
             ],
             "disco.metric must be one of kl, l1, l2, cosine, got 'hamming'",
         ),
+        (
+            ["algorithm=fednova", "algorithm.gsnr.enabled=true", "train.local_steps=5"],
+            "algorithm.gsnr.enabled=true cannot be used with fednova: FedNova divides",
+        ),
+        (
+            ["algorithm=fedgsnr", "train.local_steps=5", "algorithm.gsnr.samples=0"],
+            "algorithm.gsnr.samples must be an integer >= 1, got 0",
+        ),
+        (
+            ["algorithm=fedgsnr", "train.local_steps=5", "algorithm.gsnr.allocation=greedy"],
+            "algorithm.gsnr.allocation must be one of matched, scaled, got 'greedy'",
+        ),
+        (["algorithm=fedgsnr"], "algorithm.gsnr needs train.local_steps (E_const"),
     ],
 )
 def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> None:

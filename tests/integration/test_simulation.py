@@ -75,6 +75,27 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
     return MetricsLog(path).rows() if path.exists() else []
 
 
+def test_gsnr_with_one_client_trains_exactly_like_its_baseline(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A lone client's statistics are the pooled ones: n_opt = 1, E = E_const, and training is
+    bitwise the baseline's. It holds fewer samples than asked for and uses what it has."""
+    args = [*SIM, "num_clients=1", "train.local_steps=5", "num_rounds=3"]
+    plain, gsnr = tmp_path / "fedavg", tmp_path / "fedgsnr"
+    for run_dir, algorithm in ((plain, ["algorithm=fedavg"]), (gsnr, ["algorithm=fedgsnr"])):
+        samples = ["algorithm.gsnr.samples=100000"] if run_dir == gsnr else []
+        result = run_cli([*args, *algorithm, *samples, f"hydra.run.dir={run_dir}"], cli_env)
+        assert result.returncode == 0, result.stderr[-3000:]
+    rows = _rows(gsnr)
+    assert [r["steps_0"] for r in rows] == ["5"] * 3
+    assert [float(r["n_opt_0"]) for r in rows] == pytest.approx([1.0] * 3, rel=1e-9)
+    assert _accuracies(gsnr) == _accuracies(plain)
+    a = load_checkpoint(plain / "checkpoint.npz")
+    b = load_checkpoint(gsnr / "checkpoint.npz")
+    for key in a.model:
+        np.testing.assert_array_equal(a.model[key], b.model[key])
+
+
 def test_a_diverged_run_stops_with_one_clear_error(tmp_path: Path, cli_env) -> None:
     """NaN models are not averaged into the global model; the run stops and says why."""
     run_dir = tmp_path / "nan"
