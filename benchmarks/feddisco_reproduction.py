@@ -26,34 +26,43 @@ with the failing command and the tail of its output, if any fl-run fails.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
-import hashlib
 import os
-import platform
 import re
 import shlex
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
-from fl_runs import ROOT, BenchmarkError, run_fl, tool_env
-from hydra import compose, initialize_config_dir
+from fl_runs import ROOT, BenchmarkError
 from omegaconf import DictConfig
+from reproduction import (
+    Curve,
+    RunOutcome,
+    RunSpec,
+    StartState,
+    compose_config,
+    difference,
+    execute,
+    execute_all,
+    machine_line,
+    pct,
+    pct1,
+    project,
+    same_start,
+    signed_list,
+    significance,
+    start_state,
+    write_curves,
+)
 
 from fl_system.disco import disco_weights, discrepancy, label_distribution, uniform_target
-from fl_system.experiment import build_model, load_dataset, partition_indices
-from fl_system.results import summarize
 
-CONF_DIR = ROOT / "conf"
 BASE_OVERRIDES = ("runtime=simulation", "dataset=mnist5k", "model=cnn")
 DEFAULT_A, DEFAULT_B = 0.5, 0.1
 PAPER_ROUNDS, PAPER_EPOCHS = 100, 10
@@ -114,201 +123,53 @@ PAPER_GAIN: dict[tuple[str, str], tuple[float, float]] = {  # (algorithm, settin
 }
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    setting: Setting
-    method: Method
-    seed: int
-    rounds: int
-    epochs: int
-    a: float = DEFAULT_A
-    b: float = DEFAULT_B
-
-    def overrides(self) -> list[str]:
-        disco = ["algorithm.disco.enabled=true"] if self.method.disco else []
-        if self.method.disco and (self.a, self.b) != (DEFAULT_A, DEFAULT_B):
-            disco += [f"algorithm.disco.a={self.a}", f"algorithm.disco.b={self.b}"]
-        lr = [] if self.method.lr is None else [f"train.lr={self.method.lr:g}"]
-        return [
-            *BASE_OVERRIDES,
-            f"experiment={self.setting.experiment}",
-            f"algorithm={self.method.algorithm}",
-            *disco,
-            f"num_rounds={self.rounds}",
-            f"train.local_epochs={self.epochs}",
-            *lr,
-            f"seed={self.seed}",
-        ]
-
-    def command(self, run_dir: Path) -> list[str]:
-        return ["fl-run", *self.overrides(), f"hydra.run.dir={run_dir}"]
-
-    @property
-    def name(self) -> str:
-        ab = "" if (self.a, self.b) == (DEFAULT_A, DEFAULT_B) else f" a={self.a} b={self.b}"
-        return f"{self.setting.key} {self.method.label}{ab} seed {self.seed}"
+def run_spec(
+    setting: Setting,
+    method: Method,
+    seed: int,
+    rounds: int,
+    epochs: int,
+    a: float = DEFAULT_A,
+    b: float = DEFAULT_B,
+) -> RunSpec:
+    """One fl-run of the grid; (a, b) other than the defaults is a sweep point."""
+    disco = ["algorithm.disco.enabled=true"] if method.disco else []
+    sweep = method.disco and (a, b) != (DEFAULT_A, DEFAULT_B)
+    if sweep:
+        disco += [f"algorithm.disco.a={a}", f"algorithm.disco.b={b}"]
+    lr = [] if method.lr is None else [f"train.lr={method.lr:g}"]
+    overrides = (
+        *BASE_OVERRIDES,
+        f"experiment={setting.experiment}",
+        f"algorithm={method.algorithm}",
+        *disco,
+        f"num_rounds={rounds}",
+        f"train.local_epochs={epochs}",
+        *lr,
+        f"seed={seed}",
+    )
+    return RunSpec(setting.key, method.label, seed, overrides, rounds, _sweep_extra((a, b)))
 
 
-@dataclass
-class RunOutcome:
-    """One fl-run's metrics. A diverged run (every client's model NaN/inf: fl-run stops with
-    that reason) keeps the rounds before it; it has a best accuracy but no last-10 or
-    all-rounds mean, which the tables show as 'diverged'."""
-
-    spec: RunSpec
-    command: str
-    rows: list[dict[str, str]]
-    process_seconds: float  # fl-run from start to exit, as seen from here
-    diverged_round: int | None = None  # the round whose local models were all NaN/inf
-    accuracies: list[float] = field(init=False)
-    best: float = field(init=False)
-    best_round: int = field(init=False)
-    last10: float | None = field(init=False)
-    all_rounds: float | None = field(init=False)  # mean over every round: rewards converging early
-
-    def __post_init__(self) -> None:
-        summary = summarize(self.rows, target_accuracy=None)
-        self.accuracies = [float(r["test_accuracy"]) for r in self.rows]
-        self.best, self.best_round = summary["best_accuracy"] or 0.0, summary["best_round"] or 0
-        finished = self.diverged_round is None
-        self.last10 = summary["mean_last10_accuracy"] if finished else None
-        self.all_rounds = statistics.fmean(self.accuracies) if finished else None
-
-    def column(self, name: str, round_: int = 1) -> float | None:
-        if round_ > len(self.rows):
-            return None
-        cell = self.rows[round_ - 1].get(name, "")
-        return float(cell) if cell else None
-
-    def weights(self, round_: int = 1) -> dict[int, float]:
-        if round_ > len(self.rows):
-            return {}
-        row = self.rows[round_ - 1]
-        return {int(k[7:]): float(v) for k, v in row.items() if k.startswith("weight_") and v}
-
-    @property
-    def seconds_per_round(self) -> float:
-        """In-run wall time per round after round 1 (which carries the warm-up)."""
-        ends = [float(r["wall_seconds"]) for r in self.rows] or [0.0]
-        return (ends[-1] - ends[0]) / max(1, len(ends) - 1)
-
-    @property
-    def fixed_seconds(self) -> float:
-        """Process wall time not explained by rounds x seconds_per_round (start-up, teardown)."""
-        return self.process_seconds - len(self.rows) * self.seconds_per_round
+def _sweep_extra(ab: tuple[float, float]) -> tuple[tuple[str, object], ...]:
+    return () if ab == (DEFAULT_A, DEFAULT_B) else (("a", ab[0]), ("b", ab[1]))
 
 
 # ----- fl-run subprocesses ----------------------------------------------------------------
-def state_env(run_dir: Path) -> dict[str, str]:
-    """Client state kept inside the run directory."""
-    return tool_env({"FL_STATE_DIR": str(run_dir / "client-state")})
-
-
-def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
-    """The run's rows; `rounds` of them (fewer only for a diverged run, which may have none)."""
-    if not path.exists():
-        if rounds == 0:
-            return []
-        raise BenchmarkError(f"{path} was not written")
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    if len(rows) != rounds:
-        raise BenchmarkError(f"{path} has {len(rows)} rounds, expected {rounds}")
-    if any(not r.get("test_accuracy") for r in rows):
-        raise BenchmarkError(f"{path} lacks a test accuracy in some round (eval_every must be 1)")
-    return rows
-
-
-def diverged_round(failure: Path) -> int | None:
-    """The round fl-run stopped at because every local model was NaN/inf, if that is why."""
-    text = failure.read_text() if failure.exists() else ""
-    found = re.match(r"round (\d+): 0 usable replies", text)
-    return int(found.group(1)) if found and "local model has NaN or inf" in text else None
-
-
-def run_timeout(spec: RunSpec, clients: int) -> float:
+def run_timeout(spec: RunSpec, clients: int, epochs: int) -> float:
     """Generous: about 5x the cost measured on 2 idle cores, plus start-up."""
-    return 300 + 0.4 * spec.rounds * spec.epochs * clients
+    return 300 + 0.4 * spec.rounds * epochs * clients
 
 
-def execute(spec: RunSpec, clients: int) -> RunOutcome:
-    """One fl-run into a temporary run directory (kept, and named, if the run fails)."""
-    run_dir = Path(tempfile.mkdtemp(prefix="feddisco-repro-"))
-    command = spec.command(run_dir)
-    started = time.perf_counter()
-    diverged = None
-    try:
-        try:
-            run_fl(command, run_dir / "fl-run.out", run_timeout(spec, clients), state_env(run_dir))
-        except BenchmarkError:
-            diverged = diverged_round(run_dir / "failure.txt")
-            if diverged is None:
-                raise
-        rows = read_metrics(
-            run_dir / "metrics.csv", spec.rounds if diverged is None else diverged - 1
-        )
-    except BenchmarkError as err:
-        raise BenchmarkError(f"{spec.name} failed (run directory kept: {run_dir})\n{err}") from None
-    outcome = RunOutcome(spec, shlex.join(command), rows, time.perf_counter() - started, diverged)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    return outcome
+def run_all(specs: Sequence[RunSpec], clients: dict[str, int], epochs: int) -> list[RunOutcome]:
+    def run(spec: RunSpec) -> RunOutcome:
+        timeout = run_timeout(spec, clients[spec.setting], epochs)
+        return execute(spec, timeout, prefix="feddisco-repro-")
 
-
-def execute_all(specs: Sequence[RunSpec], clients: dict[str, int]) -> list[RunOutcome]:
-    """Run every spec in order, printing progress and a running ETA."""
-    outcomes: list[RunOutcome] = []
-    started = time.perf_counter()
-    for i, spec in enumerate(specs, 1):
-        print(f"[bench] {i}/{len(specs)} {spec.name}", flush=True)
-        outcome = execute(spec, clients[spec.setting.key])
-        outcomes.append(outcome)
-        elapsed = time.perf_counter() - started
-        eta = elapsed / i * (len(specs) - i)
-        print(
-            f"[bench]   best {pct1(outcome.best)} (round {outcome.best_round}), last-10 "
-            f"{pct1(outcome.last10)}; {outcome.process_seconds:.0f} s; elapsed "
-            f"{elapsed / 60:.1f} min, ETA {eta / 60:.1f} min",
-            flush=True,
-        )
-    return outcomes
-
-
-# ----- round-0 conditions -----------------------------------------------------------------
-def compose_config(spec: RunSpec) -> DictConfig:
-    """The config fl-run composes for this spec (without the run directory)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=spec.overrides())
-
-
-def digest(arrays: Sequence[np.ndarray]) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:12]
-
-
-@dataclass(frozen=True)
-class StartState:
-    """What a run starts from: its partition and its initial global model."""
-
-    sizes: list[int]
-    label_counts: list[np.ndarray]
-    partition_digest: str
-    model_digest: str
-
-
-def start_state(cfg: DictConfig) -> StartState:
-    """Derived in-process exactly as the server and the clients derive it (same functions)."""
-    data = load_dataset(cfg)
-    parts = partition_indices(cfg, int(cfg.num_clients))
-    counts = [np.bincount(data.y_train[p], minlength=int(cfg.dataset.num_classes)) for p in parts]
-    model = build_model(cfg)
-    weights = [v.detach().cpu().numpy() for v in model.state_dict().values()]
-    return StartState(
-        sizes=[len(p) for p in parts],
-        label_counts=counts,
-        partition_digest=digest(parts),
-        model_digest=digest(weights),
+    return execute_all(
+        specs,
+        run,
+        say=lambda o: f"best {pct1(o.best)} (round {o.best_round}), last-10 {pct1(o.last10)}",
     )
 
 
@@ -321,49 +182,12 @@ def expected_weights(state: StartState, a: float, b: float) -> tuple[np.ndarray,
 
 
 # ----- statistics and formatting ----------------------------------------------------------
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
-    mean = statistics.fmean(values)
-    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def pct(values: Sequence[float | None], signed: bool = False) -> str:
-    """Accuracies (fractions) as 'mean ± std' in percentage points; None = a diverged run."""
-    lost = sum(v is None for v in values)
-    if lost:
-        return f"diverged ({lost}/{len(values)} seeds)"
-    mean, std = mean_std([100 * v for v in values if v is not None])
-    return f"{mean:+.2f} ± {std:.2f}" if signed else f"{mean:.2f} ± {std:.2f}"
-
-
-def pct1(value: float | None) -> str:
-    return "diverged" if value is None else f"{100 * value:.2f}"
-
-
-def signed_list(values: Sequence[float | None]) -> str:
-    return ", ".join("diverged" if v is None else f"{100 * v:+.2f}" for v in values)
-
-
-def difference(with_disco: float | None, base: float | None) -> float | None:
-    return None if with_disco is None or base is None else with_disco - base
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def find(
     outcomes: Sequence[RunOutcome], setting: str, method: str, seed: int, ab: tuple[float, float]
 ) -> RunOutcome:
     for o in outcomes:
         s = o.spec
-        if (s.setting.key, s.method.label, s.seed, (s.a, s.b)) == (setting, method, seed, ab):
+        if (s.setting, s.arm, s.seed, s.extra) == (setting, method, seed, _sweep_extra(ab)):
             return o
     raise KeyError((setting, method, seed, ab))
 
@@ -423,12 +247,7 @@ def header(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         "comes from this one invocation.",
         "",
         f"- Date: {ctx.started.isoformat(timespec='seconds')}",
-        f"- Machine: nproc {os.cpu_count()}, CPU {cpu_model()}; Python "
-        f"{platform.python_version()}, torch {torch.__version__}; load average (1/5/15 min) at "
-        "start "
-        + " / ".join(f"{v:.2f}" for v in ctx.load_start)
-        + ", at the end "
-        + " / ".join(f"{v:.2f}" for v in os.getloadavg()),
+        machine_line(ctx.load_start),
         f"- Total wall time: {ctx.total_seconds / 60:.1f} min for {len(outcomes)} fl-runs "
         "(one at a time)",
         f"- Budget: {args.rounds} rounds x {args.local_epochs} local epochs (paper: "
@@ -484,7 +303,7 @@ def budget_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for setting in SETTINGS:
-        runs = [o for o in outcomes if o.spec.setting.key == setting.key]
+        runs = [o for o in outcomes if o.spec.setting == setting.key]
         per_round = statistics.fmean(o.seconds_per_round for o in runs)
         fixed = statistics.fmean(o.fixed_seconds for o in runs)
         paper = fixed + PAPER_ROUNDS * per_round * PAPER_EPOCHS / args.local_epochs
@@ -506,7 +325,7 @@ def budget_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
 
 
 def paper_total(ctx: Context, outcomes: Sequence[RunOutcome]) -> float:
-    main = [o for o in outcomes if (o.spec.a, o.spec.b) == (DEFAULT_A, DEFAULT_B)]
+    main = [o for o in outcomes if not o.spec.extra]
     return sum(
         o.fixed_seconds + PAPER_ROUNDS * o.seconds_per_round * PAPER_EPOCHS / ctx.args.local_epochs
         for o in main
@@ -536,11 +355,7 @@ def start_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
     ]
     for (setting, seed), by_method in ctx.states.items():
         states = list(by_method.values())
-        same = all(
-            (s.partition_digest, s.model_digest, s.sizes)
-            == (states[0].partition_digest, states[0].model_digest, states[0].sizes)
-            for s in states
-        )
+        same = same_start(states)
         runs = [find(outcomes, setting, m.label, seed, (DEFAULT_A, DEFAULT_B)) for m in METHODS]
         losses = [o.column("train_loss") for o in runs]
         lines.append(
@@ -689,17 +504,6 @@ def sweep_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
     return lines
 
 
-def significance(gains: Sequence[float | None]) -> str:
-    """'+0.23 points (higher in 3/3 seeds, more than 2 standard errors from zero)'."""
-    if any(v is None for v in gains):
-        return f"n/a ({pct(gains)})"
-    mean, std = mean_std([100 * v for v in gains if v is not None])
-    se = std / len(gains) ** 0.5 if len(gains) > 1 else float("inf")
-    side = "more" if abs(mean) > 2 * se else "less"
-    up = sum(v is not None and v > 0 for v in gains)
-    return f"{mean:+.2f} points (higher in {up}/{len(gains)} seeds; {side} than 2 SE from zero)"
-
-
 def findings_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
     """Plain statements computed from the numbers; the interpretation is left to the notes."""
     seeds = ctx.args.seeds
@@ -767,49 +571,28 @@ def render_report(ctx: Context, outcomes: Sequence[RunOutcome], plot: Path) -> s
 
 
 def write_plot(outcomes: Sequence[RunOutcome], args: argparse.Namespace, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(SETTINGS), figsize=(6.0 * len(SETTINGS), 4.2), squeeze=False)
     colors = ["tab:blue", "tab:red", "tab:orange", "tab:green"]  # one per baseline
-    try:
-        for ax, setting in zip(axes[0], SETTINGS, strict=True):
-            bases: list[str] = []
-            for method in methods_for(setting, args):
-                curves = np.full((len(args.seeds), args.rounds), np.nan)
-                for i, s in enumerate(args.seeds):
-                    acc = find(outcomes, setting.key, method.label, s, (DEFAULT_A, DEFAULT_B))
-                    curves[i, : len(acc.accuracies)] = acc.accuracies
-                # a seed that diverged drops out of the mean from its divergence on
-                with np.errstate(invalid="ignore"), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # all seeds diverged
-                    mean = 100 * np.nanmean(curves, axis=0)
-                    std = 100 * np.nanstd(curves, axis=0)
-                if method.base_label not in bases:
-                    bases.append(method.base_label)
-                color = colors[bases.index(method.base_label) % len(colors)]
-                rounds = np.arange(1, len(mean) + 1)
-                ax.plot(
-                    rounds, mean, color=color, ls="--" if method.disco else "-", label=method.label
-                )
-                ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.08)
-            ax.set_title(f"mnist5k {setting.key} ({setting.description})", fontsize=9)
-            ax.set_xlabel("round")
-            ax.set_ylabel("test accuracy (%)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    panels = []
+    for setting in SETTINGS:
+        bases: list[str] = []
+        curves = []
+        for method in methods_for(setting, args):
+            if method.base_label not in bases:
+                bases.append(method.base_label)
+            runs = [
+                find(outcomes, setting.key, method.label, s, (DEFAULT_A, DEFAULT_B))
+                for s in args.seeds
+            ]
+            color = colors[bases.index(method.base_label) % len(colors)]
+            curves.append(Curve(method.label, runs, color, dashed=method.disco))
+        panels.append((f"mnist5k {setting.key} ({setting.description})", curves))
+    write_curves(panels, path)
 
 
 # ----- main -------------------------------------------------------------------------------
 def main_specs(args: argparse.Namespace) -> list[RunSpec]:
     return [
-        RunSpec(setting, method, seed, args.rounds, args.local_epochs)
+        run_spec(setting, method, seed, args.rounds, args.local_epochs)
         for setting in SETTINGS
         for seed in args.seeds
         for method in methods_for(setting, args)
@@ -818,7 +601,7 @@ def main_specs(args: argparse.Namespace) -> list[RunSpec]:
 
 def sweep_specs(args: argparse.Namespace) -> list[RunSpec]:
     return [
-        RunSpec(SETTINGS[0], FEDAVG_DISCO, seed, args.rounds, args.local_epochs, a, b)
+        run_spec(SETTINGS[0], FEDAVG_DISCO, seed, args.rounds, args.local_epochs, a, b)
         for a in args.sweep_a
         for b in args.sweep_b
         if (a, b) != (DEFAULT_A, DEFAULT_B)
@@ -830,7 +613,7 @@ def start_states(args: argparse.Namespace) -> dict[tuple[str, int], dict[str, St
     return {
         (setting.key, seed): {
             m.label: start_state(
-                compose_config(RunSpec(setting, m, seed, args.rounds, args.local_epochs))
+                compose_config(run_spec(setting, m, seed, args.rounds, args.local_epochs).overrides)
             )
             for m in METHODS
         }
@@ -847,8 +630,10 @@ def estimate(args: argparse.Namespace, clients: dict[str, int]) -> int:
     counts = {s.key: len(args.seeds) * len(methods_for(s, args)) for s in SETTINGS}
     counts[SETTINGS[0].key] += len(sweep_specs(args))
     for setting in SETTINGS:
-        o = execute(RunSpec(setting, disco, 0, rounds, args.local_epochs), clients[setting.key])
-        per_run = o.fixed_seconds + args.rounds * o.seconds_per_round
+        (o,) = run_all(
+            [run_spec(setting, disco, 0, rounds, args.local_epochs)], clients, args.local_epochs
+        )
+        per_run = project(o, args.rounds)
         total += counts[setting.key] * per_run
         print(
             f"[estimate] {setting.key}: {o.seconds_per_round:.2f} s/round at E="
@@ -901,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     started, load_start = dt.datetime.now().astimezone(), os.getloadavg()
     cfgs = {
-        s.key: compose_config(RunSpec(s, METHODS[0], 0, args.rounds, args.local_epochs))
+        s.key: compose_config(run_spec(s, METHODS[0], 0, args.rounds, args.local_epochs).overrides)
         for s in SETTINGS
     }
     clients = {key: int(cfg.num_clients) for key, cfg in cfgs.items()}
@@ -909,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.estimate:
             return estimate(args, clients)
         clock = time.perf_counter()
-        outcomes = execute_all([*main_specs(args), *sweep_specs(args)], clients)
+        outcomes = run_all([*main_specs(args), *sweep_specs(args)], clients, args.local_epochs)
         total = time.perf_counter() - clock
     except BenchmarkError as err:
         print(f"feddisco_reproduction: error: {err}", file=sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shlex
 import signal
 import subprocess
@@ -67,3 +68,14 @@ def run_fl(
         raise BenchmarkError(
             f"{shlex.join(command)}\nexited with status {code}; last output:\n{output_tail(log)}"
         )
+
+
+def cpu_model() -> str:
+    """The CPU's model name, for report headers."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

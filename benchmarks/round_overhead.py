@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from fl_runs import ROOT, BenchmarkError, run_fl, tool_env
+from fl_runs import ROOT, BenchmarkError, cpu_model, run_fl, tool_env
 from hydra import compose, initialize_config_dir
 from idle_federation import IdleCpu, idle_cpu
 from omegaconf import DictConfig, OmegaConf
@@ -292,16 +292,6 @@ def bytes_rows(rows: list[dict[str, str]], raw_per_round: int) -> list[BytesRow]
 
 
 # ----- report -------------------------------------------------------------------------------
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 @dataclass(frozen=True)
 class Measured:
     """Everything one invocation measured."""

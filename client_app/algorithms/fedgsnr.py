@@ -56,6 +56,9 @@ class GsnrStatistics(ClientHooks):
         )
 
 
+CHUNK_BYTES = 256 * 2**20  # per-sample gradients held at once (chunk x d float32 values)
+
+
 def gradient_statistics(
     model: nn.Module,
     x: np.ndarray,
@@ -63,15 +66,19 @@ def gradient_statistics(
     *,
     samples: int,
     seed: int,
-    chunk_size: int = 16,
+    chunk_size: int | None = None,
     device: torch.device | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(m_k, v_k, s): mean and variance (float64) of s = min(samples, len(x)) per-sample gradients.
 
     Eval mode (running BatchNorm statistics, no dropout), data loss only: no weight decay,
-    proximal term or control variate. Gradients are taken `chunk_size` samples at a time, so
-    memory stays at chunk_size x d floats whatever `samples` is.
+    proximal term or control variate. Gradients are taken `chunk_size` samples at a time
+    (default: as many as fit in CHUNK_BYTES, all 64 for a small CNN), each chunk reduced per
+    parameter to its sum and sum of squares before the float64 accumulation, so memory stays
+    at chunk_size x d floats whatever `samples` is.
     """
+    d = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    chunk_size = chunk_size or max(1, CHUNK_BYTES // (4 * max(d, 1)))
     if samples < 1 or chunk_size < 1:
         raise ValueError(f"gsnr samples and chunk_size must be >= 1, got {samples}, {chunk_size}")
     if len(x) == 0:
@@ -83,6 +90,8 @@ def gradient_statistics(
     xs = torch.as_tensor(x)[idx].to(device)
     ys = torch.as_tensor(y, dtype=torch.long)[idx].to(device)
 
+    was_training = model.training
+    model.to(device).eval()
     params = {k: p.detach() for k, p in model.named_parameters() if p.requires_grad}
     buffers = dict(model.named_buffers())
 
@@ -91,21 +100,19 @@ def gradient_statistics(
         return nn.functional.cross_entropy(logits, yb[None])
 
     per_sample_grad = vmap(grad(loss), in_dims=(None, 0, 0))
-    total = torch.zeros(sum(p.numel() for p in params.values()), dtype=torch.float64)
-    total_sq = torch.zeros_like(total)
-    was_training = model.training
-    model.to(device).eval()
+    total = {k: torch.zeros(p.shape, dtype=torch.float64, device=device) for k, p in params.items()}
+    total_sq = {k: torch.zeros_like(v) for k, v in total.items()}
     try:
         for start in range(0, s, chunk_size):
             grads = per_sample_grad(
                 params, xs[start : start + chunk_size], ys[start : start + chunk_size]
             )
-            flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1)
-            flat = flat.double().cpu()
-            total += flat.sum(dim=0)
-            total_sq += (flat**2).sum(dim=0)
+            for k, g in grads.items():
+                total[k] += g.sum(dim=0, dtype=torch.float64)
+                total_sq[k] += (g * g).sum(dim=0, dtype=torch.float64)
     finally:
         model.train(was_training)
-    mean = total / s
-    variance = (total_sq / s - mean**2).clamp_(min=0.0)
+    mean = torch.cat([v.reshape(-1) for v in total.values()]).cpu() / s
+    second = torch.cat([v.reshape(-1) for v in total_sq.values()]).cpu() / s
+    variance = (second - mean**2).clamp_(min=0.0)
     return mean.numpy(), variance.numpy(), s
