@@ -446,8 +446,14 @@ def weights_section(ctx: Context, outcomes: Sequence[RunOutcome], setting: Setti
     disco_run = find(outcomes, setting.key, "FedAvg + Disco", seed, (DEFAULT_A, DEFAULT_B))
     scaffold_run = find(outcomes, setting.key, "SCAFFOLD + Disco", seed, (DEFAULT_A, DEFAULT_B))
     base_run = find(outcomes, setting.key, "FedAvg", seed, (DEFAULT_A, DEFAULT_B))
-    used, used_s, base = disco_run.weights(), scaffold_run.weights(), base_run.weights()
-    same_every_round = all(disco_run.weights(r) == used for r in range(1, len(disco_run.rows) + 1))
+    used, used_s, base = (
+        disco_run.columns("weight_"),
+        scaffold_run.columns("weight_"),
+        base_run.columns("weight_"),
+    )
+    same_every_round = all(
+        disco_run.columns("weight_", r) == used for r in range(1, len(disco_run.rows) + 1)
+    )
     norm = raw / raw.sum() if raw.sum() > 0 else raw
     lines = [
         f"### Aggregation weights used, {setting.key} (seed {seed}, `weight_<pid>` of round 1)",

@@ -166,7 +166,7 @@ def run_spec(
 
 def run_all(specs: Sequence[RunSpec]) -> list[RunOutcome]:
     def run(spec: RunSpec) -> RunOutcome:
-        return execute(spec, 900 + 20 * spec.rounds, prefix="fedgsnr-repro-")
+        return execute(spec, 900 + 20 * spec.rounds, prefix="fedgsnr-repro-", eval_every=EVAL_EVERY)
 
     return execute_all(specs, run)
 
