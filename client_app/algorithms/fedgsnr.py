@@ -74,8 +74,8 @@ def gradient_statistics(
     Eval mode (running BatchNorm statistics, no dropout), data loss only: no weight decay,
     proximal term or control variate. Gradients are taken `chunk_size` samples at a time
     (default: as many as fit in CHUNK_BYTES, all 64 for a small CNN), each chunk reduced per
-    parameter to its sum and sum of squares before the float64 accumulation, so memory stays
-    at chunk_size x d floats whatever `samples` is.
+    parameter to its float32 sum and sum of squares before the float64 accumulation, so
+    memory stays at chunk_size x d floats whatever `samples` is.
     """
     d = sum(p.numel() for p in model.parameters() if p.requires_grad)
     chunk_size = chunk_size or max(1, CHUNK_BYTES // (4 * max(d, 1)))
@@ -107,9 +107,9 @@ def gradient_statistics(
             grads = per_sample_grad(
                 params, xs[start : start + chunk_size], ys[start : start + chunk_size]
             )
-            for k, g in grads.items():
-                total[k] += g.sum(dim=0, dtype=torch.float64)
-                total_sq[k] += (g * g).sum(dim=0, dtype=torch.float64)
+            for k, g in grads.items():  # a chunk's sums in float32 (casting it costs more)
+                total[k] += g.sum(dim=0).double()
+                total_sq[k] += (g * g).sum(dim=0).double()
     finally:
         model.train(was_training)
     mean = torch.cat([v.reshape(-1) for v in total.values()]).cpu() / s
