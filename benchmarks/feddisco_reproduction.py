@@ -43,6 +43,7 @@ from fl_runs import ROOT, BenchmarkError
 from omegaconf import DictConfig
 from reproduction import (
     Curve,
+    Panel,
     RunOutcome,
     RunSpec,
     StartState,
@@ -591,7 +592,7 @@ def write_plot(outcomes: Sequence[RunOutcome], args: argparse.Namespace, path: P
             ]
             color = colors[bases.index(method.base_label) % len(colors)]
             curves.append(Curve(method.label, runs, color, dashed=method.disco))
-        panels.append((f"mnist5k {setting.key} ({setting.description})", curves))
+        panels.append(Panel(f"mnist5k {setting.key} ({setting.description})", curves))
     write_curves(panels, path)
 
 

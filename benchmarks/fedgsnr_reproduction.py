@@ -41,17 +41,20 @@ from pathlib import Path
 from fl_runs import ROOT, BenchmarkError
 from reproduction import (
     Curve,
+    Panel,
     RunOutcome,
     RunSpec,
     compose_config,
     execute,
     execute_all,
     find,
+    load_outcomes,
     machine_line,
     mean_std,
     pct,
     project,
     same_start,
+    save_outcomes,
     start_state,
     write_curves,
 )
@@ -470,9 +473,8 @@ def write_plot(ctx: Context, outcomes: Sequence[RunOutcome], path: Path) -> None
             for base in ctx.args.bases
             for gsnr in (False, True)
         ]
-        panels.append(
-            (f"mnist5k {PARTITIONS[k].label}, target {100 * ctx.targets[k]:.1f} %", curves)
-        )
+        title = f"mnist5k {PARTITIONS[k].label}, target {100 * ctx.targets[k]:.1f} %"
+        panels.append(Panel(title, curves, ctx.targets[k]))
     write_curves(panels, path)
 
 
@@ -525,7 +527,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "fedgsnr_reproduction.md")
     parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        help="where every run's rows are saved as JSON (default: next to --out, .runs.json)",
+    )
+    parser.add_argument(
+        "--render-only", action="store_true", help="render the report from --runs, run nothing"
+    )
     args = parser.parse_args(argv)
+    args.runs = args.runs or args.out.with_suffix(".runs.json")
     if args.target_round % EVAL_EVERY or not EVAL_EVERY <= args.target_round <= args.rounds:
         parser.error(f"--target-round must be a multiple of {EVAL_EVERY} within --rounds")
     if "fedavg" not in args.bases:
@@ -545,8 +556,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.estimate:
             return estimate(args)
         clock = time.perf_counter()
-        outcomes = run_all(specs(args))
+        if args.render_only:
+            outcomes = load_outcomes(args.runs)
+        else:
+            outcomes = run_all(specs(args))
+            save_outcomes(outcomes, args.runs)
         total = time.perf_counter() - clock
+        if args.render_only:  # the runs' own wall time, as they were measured
+            total = sum(o.process_seconds for o in outcomes)
     except BenchmarkError as err:
         print(f"fedgsnr_reproduction: error: {err}", file=sys.stderr, flush=True)
         return 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import math
 import os
 import platform
@@ -212,6 +213,41 @@ def execute_all(
     return outcomes
 
 
+def save_outcomes(outcomes: Sequence[RunOutcome], path: Path) -> None:
+    """Every run's spec and rows as JSON, so a report can be rendered again without the runs."""
+    runs = [
+        {
+            "spec": {**vars(o.spec), "extra": [list(kv) for kv in o.spec.extra]},
+            "command": o.command,
+            "rows": o.rows,
+            "process_seconds": o.process_seconds,
+            "diverged_round": o.diverged_round,
+        }
+        for o in outcomes
+    ]
+    path.write_text(json.dumps(runs))
+
+
+def load_outcomes(path: Path) -> list[RunOutcome]:
+    """The outcomes `save_outcomes` wrote."""
+    out = []
+    for run in json.loads(path.read_text()):
+        spec = run["spec"]
+        spec = RunSpec(
+            **{
+                **spec,
+                "overrides": tuple(spec["overrides"]),
+                "extra": tuple((k, v) for k, v in spec["extra"]),
+            }
+        )
+        out.append(
+            RunOutcome(
+                spec, run["command"], run["rows"], run["process_seconds"], run["diverged_round"]
+            )
+        )
+    return out
+
+
 def find(outcomes: Sequence[RunOutcome], **match: object) -> RunOutcome:
     """The outcome whose spec has these field values (`extra` keys count as fields)."""
     for o in outcomes:
@@ -355,16 +391,31 @@ class Curve:
     dashed: bool = False
 
 
-def write_curves(panels: Sequence[tuple[str, Sequence[Curve]]], path: Path) -> None:
-    """One panel per (title, curves): test accuracy (%) against round, mean over seeds."""
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    curves: Sequence[Curve]
+    target: float | None = None  # a dotted horizontal line (accuracy fraction)
+
+
+PANELS_PER_ROW = 3
+
+
+def write_curves(panels: Sequence[Panel], path: Path) -> None:
+    """One panel each: test accuracy (%) against round, mean over seeds; 3 panels a row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 4.2), squeeze=False)
+    cols = min(PANELS_PER_ROW, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
     try:
-        for ax, (title, curves) in zip(axes[0], panels, strict=True):
+        for ax, panel in zip(axes.flat, panels, strict=False):
+            curves = panel.curves
             for curve in curves:
                 rounds = sorted({r for o in curve.runs for r in o.evaluated})
                 grid = np.full((len(curve.runs), len(rounds)), np.nan)
@@ -380,7 +431,9 @@ def write_curves(panels: Sequence[tuple[str, Sequence[Curve]]], path: Path) -> N
                 style = "--" if curve.dashed else "-"
                 ax.plot(x, mean, color=curve.color, ls=style, label=curve.label)
                 ax.fill_between(x, mean - std, mean + std, color=curve.color, alpha=0.08)
-            ax.set_title(title, fontsize=9)
+            if panel.target is not None:
+                ax.axhline(100 * panel.target, color="grey", ls=":", lw=1)
+            ax.set_title(panel.title, fontsize=9)
             ax.set_xlabel("round")
             ax.set_ylabel("test accuracy (%)")
             ax.grid(alpha=0.3)
