@@ -45,7 +45,8 @@ def new_run_id() -> str:
 def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> Any:
     """Instantiate a config group node; its descriptive `name` key is not an argument.
 
-    Errors are prefixed with `label`, else the node's name, else its target.
+    Errors are prefixed with `label`, else the node's name, else its target (unless they
+    already start with it).
     """
     params = OmegaConf.to_container(node, resolve=True)
     assert isinstance(params, dict)
@@ -54,8 +55,8 @@ def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> An
     try:
         return instantiate(params, **overrides, _convert_="all")
     except InstantiationException as err:
-        cause = err.__cause__ or err
-        raise ConfigError(f"{name}: {cause}") from err
+        cause = str(err.__cause__ or err)
+        raise ConfigError(cause if name and cause.startswith(name) else f"{name}: {cause}") from err
 
 
 def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
