@@ -59,6 +59,8 @@ from reproduction import (
     write_curves,
 )
 
+from fl_system.results import partition_columns
+
 COMMON = (
     "runtime=simulation",
     "dataset=mnist5k",
@@ -210,10 +212,7 @@ def speedup_cell(values: Sequence[float | None]) -> str:
 
 def gsnr_medians(run: RunOutcome) -> dict[int, float]:
     """Median GSNR per partition over the rounds it was sampled (from metrics.csv)."""
-    history: dict[int, list[float]] = {}
-    for r in range(1, len(run.rows) + 1):
-        for pid, value in run.columns("gsnr_", r).items():
-            history.setdefault(pid, []).append(value)
+    history = partition_columns(run.rows, "gsnr_")
     return {pid: statistics.median(v) for pid, v in sorted(history.items())}
 
 

@@ -204,6 +204,17 @@ def _series(rows: Sequence[Mapping[str, Any]], column: str) -> list[tuple[int, f
     ]
 
 
+def partition_columns(rows: Sequence[Mapping[str, Any]], prefix: str) -> dict[int, list[float]]:
+    """Values of the `<prefix><partition id>` columns over the rows, blanks skipped."""
+    out: dict[int, list[float]] = {}
+    for row in rows:
+        for key, cell in row.items():
+            pid = key[len(prefix) :]
+            if key.startswith(prefix) and pid.isdigit() and (value := _number(cell)) is not None:
+                out.setdefault(int(pid), []).append(value)
+    return out
+
+
 def plot_curve(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> None:
     """Test accuracy against round, train loss on a twin axis; written atomically."""
     import matplotlib

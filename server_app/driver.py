@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,15 @@ from server_app.rounds import ClientFailure, RoundPlan, RoundResult
 from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Tally:
+    """What the exchanges of one label moved and took in a round."""
+
+    bytes_up: int = 0
+    bytes_down: int = 0
+    seconds: float = 0.0
 
 
 class RunFailed(RuntimeError):
@@ -142,8 +152,7 @@ class RoundDriver:
             config=ConfigRecord({protocol.SERVER_ROUND: rnd}),
             nodes={node_of[pid]: pid for pid in chosen},
         )
-        result, traffic = self._exchanges(plan)
-        timed_out = traffic.pop("timed_out")
+        result, tallies, timed_out = self._exchanges(plan)
         if result.arrays is None or result.participants < (cfg.min_clients or 1):
             reasons = _grouped(result.failures)
             raise RunFailed(
@@ -156,18 +165,22 @@ class RoundDriver:
             "round": rnd,
             "participants": result.participants,
             "failures": len(result.failures) + timed_out,
-            "bytes_up": traffic.pop("bytes_up") + handshake_up,
-            "bytes_down": traffic.pop("bytes_down") + handshake_down,
-            **traffic,
+            "bytes_up": sum(t.bytes_up for t in tallies.values()) + handshake_up,
+            "bytes_down": sum(t.bytes_down for t in tallies.values()) + handshake_down,
         }
+        if len(tallies) > 1:  # several exchanges: each one's traffic and time
+            for label, t in tallies.items():
+                row[f"bytes_up_{label}"] = t.bytes_up
+                row[f"bytes_down_{label}"] = t.bytes_down
+                row[f"seconds_{label}"] = round(t.seconds, 3)
         row.update({k: v for k, v in result.metrics.items() if not isinstance(v, list)})
         return result.arrays, row
 
-    def _exchanges(self, plan: RoundPlan) -> tuple[RoundResult, dict]:
-        """Run the strategy's round; traffic totals, and per label when there are several."""
+    def _exchanges(self, plan: RoundPlan) -> tuple[RoundResult, dict[str, _Tally], int]:
+        """Run the strategy's round: its result, traffic per exchange label, nodes timed out."""
         deadline = time.monotonic() + self.cfg.round_timeout
         steps = self.strategy.round(plan)
-        per_label: dict[str, dict[str, float]] = {}
+        tallies: dict[str, _Tally] = {}
         timed_out = 0
         try:
             step = next(steps)
@@ -184,26 +197,13 @@ class RoundDriver:
                             m.metadata.dst_node_id,
                             step.label,
                         )
-                counts = per_label.setdefault(
-                    step.label, {"bytes_up": 0, "bytes_down": 0, "seconds": 0.0}
-                )
-                counts["bytes_up"] += traffic.bytes_up
-                counts["bytes_down"] += traffic.bytes_down
-                counts["seconds"] += time.monotonic() - start
+                tally = tallies.setdefault(step.label, _Tally())
+                tally.bytes_up += traffic.bytes_up
+                tally.bytes_down += traffic.bytes_down
+                tally.seconds += time.monotonic() - start
                 step = steps.send(traffic.replies)
         except StopIteration as done:
-            result: RoundResult = done.value
-        totals: dict = {
-            "timed_out": timed_out,
-            "bytes_up": sum(int(c["bytes_up"]) for c in per_label.values()),
-            "bytes_down": sum(int(c["bytes_down"]) for c in per_label.values()),
-        }
-        if len(per_label) > 1:
-            for label, counts in per_label.items():
-                totals[f"bytes_up_{label}"] = int(counts["bytes_up"])
-                totals[f"bytes_down_{label}"] = int(counts["bytes_down"])
-                totals[f"seconds_{label}"] = round(counts["seconds"], 3)
-        return result, totals
+            return done.value, tallies, timed_out
 
     # ----- run directory -------------------------------------------------------------------
     def _restore(self, arrays: ArrayRecord) -> tuple[ArrayRecord, int, float]:

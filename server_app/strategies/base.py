@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import normalized
@@ -41,7 +41,7 @@ class FederatedStrategy:
     def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
         self.addons = list(addons)
 
-    def on_handshake(self, partition_id: int, metrics) -> None:
+    def on_handshake(self, partition_id: int, metrics: MetricRecord) -> None:
         """What a node told the server when it joined; the add-ons take note."""
         for addon in self.addons:
             addon.on_join(partition_id, metrics)

@@ -22,7 +22,6 @@ half the cross-client median (`low_contribution`). Spec: shared/specs/fedgsnr.md
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -30,6 +29,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from fl_system import gsnr, protocol
+from fl_system.results import partition_columns
 from server_app.addons import StepSchedule
 from server_app.rounds import ClientFailure, Exchange, PlanSteps, RoundPlan
 from server_app.strategies.fedavg import FedAvg
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 STATS_EXCHANGE = "gsnr"  # the label of the statistics exchange in metrics.csv
 LOW_CONTRIBUTION_FACTOR = 0.5  # flag partitions below this share of the median GSNR
+_LOCAL_STEPS = f"{protocol.TRAIN_OVERRIDE}local_steps"  # a client's E_k, in its train message
 
 
 class GsnrSchedule(StepSchedule):
@@ -142,12 +143,7 @@ class GsnrSchedule(StepSchedule):
 
     def summarize(self, rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
         """Contribution: median and mean GSNR per partition over the rounds it was sampled."""
-        history: dict[int, list[float]] = {}
-        for row in rows:
-            for key, value in row.items():
-                if key.startswith("gsnr_") and key[5:].isdigit() and _is_number(value):
-                    history.setdefault(int(key[5:]), []).append(float(value))  # type: ignore[arg-type]
-        scores = gsnr.contribution(history)
+        scores = gsnr.contribution(partition_columns(rows, "gsnr_"))
         return {
             "contribution": {str(pid): s for pid, s in scores.items()},
             "low_contribution": gsnr.low_contribution(scores, LOW_CONTRIBUTION_FACTOR),
@@ -156,9 +152,6 @@ class GsnrSchedule(StepSchedule):
 
 class FedGsnr(FedAvg):
     """FedAvg with the GSNR step schedule (`algorithm=fedgsnr` switches it on)."""
-
-
-_LOCAL_STEPS = f"{protocol.TRAIN_OVERRIDE}local_steps"
 
 
 def _read_statistics(
@@ -204,10 +197,3 @@ def _statistics(msg: Message) -> tuple[str | None, tuple[np.ndarray, np.ndarray,
     if n < 1:
         return f"reported {protocol.NUM_EXAMPLES}={n}", None
     return None, (mean, variance, n)
-
-
-def _is_number(value: object) -> bool:
-    try:
-        return math.isfinite(float(value))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
