@@ -54,7 +54,6 @@ from reproduction import (
     pct,
     project,
     same_start,
-    save_outcomes,
     start_state,
     write_curves,
 )
@@ -169,11 +168,11 @@ def run_spec(
     return RunSpec(partition.key, arm(base, gsnr), seed, overrides, rounds, extra)
 
 
-def run_all(specs: Sequence[RunSpec]) -> list[RunOutcome]:
+def run_all(specs: Sequence[RunSpec], keep: Path | None = None) -> list[RunOutcome]:
     def run(spec: RunSpec) -> RunOutcome:
         return execute(spec, 900 + 20 * spec.rounds, prefix="fedgsnr-repro-", eval_every=EVAL_EVERY)
 
-    return execute_all(specs, run)
+    return execute_all(specs, run, keep=keep)
 
 
 # ----- analysis ---------------------------------------------------------------------------
@@ -529,7 +528,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--runs",
         type=Path,
-        help="where every run's rows are saved as JSON (default: next to --out, .runs.json)",
+        help="where every run's rows are saved as it ends (default: next to --out, "
+        ".runs.json); runs already there are reused",
     )
     parser.add_argument(
         "--render-only", action="store_true", help="render the report from --runs, run nothing"
@@ -558,8 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.render_only:
             outcomes = load_outcomes(args.runs)
         else:
-            outcomes = run_all(specs(args))
-            save_outcomes(outcomes, args.runs)
+            outcomes = run_all(specs(args), keep=args.runs)
         total = time.perf_counter() - clock
         if args.render_only:  # the runs' own wall time, as they were measured
             total = sum(o.process_seconds for o in outcomes)

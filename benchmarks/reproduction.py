@@ -194,16 +194,31 @@ def execute_all(
     run: Callable[[RunSpec], RunOutcome],
     *,
     say: Callable[[RunOutcome], str] | None = None,
+    keep: Path | None = None,
 ) -> list[RunOutcome]:
-    """Run every spec in order with `run`, printing progress and a running ETA."""
+    """Run every spec in order with `run`, printing progress and a running ETA.
+
+    With `keep`, every finished run is saved there at once and runs already saved (same spec)
+    are reused, so an interrupted grid goes on where it stopped instead of starting over."""
+    saved = {o.spec: o for o in load_outcomes(keep)} if keep and keep.exists() else {}
+    done = dict(saved)  # what `keep` holds: earlier runs, even of other grids, and new ones
     outcomes: list[RunOutcome] = []
-    started = time.perf_counter()
+    started, fresh = time.perf_counter(), 0
+    todo = sum(spec not in saved for spec in specs)
     for i, spec in enumerate(specs, 1):
+        if spec in saved:
+            outcomes.append(saved[spec])
+            print(f"[bench] {i}/{len(specs)} {spec.name}: reused from {keep}", flush=True)
+            continue
         print(f"[bench] {i}/{len(specs)} {spec.name}", flush=True)
         outcome = run(spec)
         outcomes.append(outcome)
+        fresh += 1
+        done[spec] = outcome
+        if keep:
+            save_outcomes(list(done.values()), keep)
         elapsed = time.perf_counter() - started
-        eta = elapsed / i * (len(specs) - i)
+        eta = elapsed / fresh * (todo - fresh)
         detail = say(outcome) if say else f"best {pct1(outcome.best)} (round {outcome.best_round})"
         print(
             f"[bench]   {detail}; {outcome.process_seconds:.0f} s; elapsed "
@@ -225,7 +240,9 @@ def save_outcomes(outcomes: Sequence[RunOutcome], path: Path) -> None:
         }
         for o in outcomes
     ]
-    path.write_text(json.dumps(runs))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(runs))
+    tmp.replace(path)  # a crash while writing never leaves half a file
 
 
 def load_outcomes(path: Path) -> list[RunOutcome]:
