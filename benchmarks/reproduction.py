@@ -265,6 +265,18 @@ def load_outcomes(path: Path) -> list[RunOutcome]:
     return out
 
 
+def saved_runs(specs: Sequence[RunSpec], path: Path) -> list[RunOutcome]:
+    """The runs of `specs` that `execute_all(..., keep=path)` saved, in the order of `specs`."""
+    saved = {o.spec: o for o in load_outcomes(path)} if path.exists() else {}
+    missing = [spec.name for spec in specs if spec not in saved]
+    if missing:
+        raise BenchmarkError(
+            f"{path} lacks {len(missing)} of the {len(specs)} runs asked for (first: "
+            f"{missing[0]}); run them, or ask for the grid that was run"
+        )
+    return [saved[spec] for spec in specs]
+
+
 def find(outcomes: Sequence[RunOutcome], **match: object) -> RunOutcome:
     """The outcome whose spec has these field values (`extra` keys count as fields)."""
     for o in outcomes:
