@@ -161,13 +161,22 @@ class HalfPrecision:
 
 
 @dataclass(frozen=True)
-class TopK:
-    """The k largest magnitudes with their float32 values: positions, then values."""
+class _Sparse:
+    """A codec that keeps k = max(1, floor(q n)) entries of a tensor of n."""
 
     q: float
 
     def __post_init__(self) -> None:
         _check_q(self.q)
+
+    def _kept_bits(self, n: int, per_entry: int, golomb: bool) -> float:
+        position = golomb_position_bits(self.q) if golomb else position_width(n)
+        return kept_count(n, self.q) * (per_entry + position)
+
+
+@dataclass(frozen=True)
+class TopK(_Sparse):
+    """The k largest magnitudes with their float32 values: positions, then values."""
 
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> bytes:
         flat = np.asarray(x, dtype=FLOAT).reshape(-1)
@@ -183,20 +192,14 @@ class TopK:
         return out
 
     def analytic_bits(self, n: int, *, golomb: bool = False) -> float:
-        k = kept_count(n, self.q)
-        return k * (32 + (golomb_position_bits(self.q) if golomb else position_width(n)))
+        return self._kept_bits(n, 32, golomb)
 
 
 @dataclass(frozen=True)
-class SparseTernary:
+class SparseTernary(_Sparse):
     """Top-k, then every kept entry becomes mu * sign, mu the mean kept magnitude: mu, the
     count of non-zero kept entries (a kept zero stays zero), their positions and signs (one
     bit each, 1 = negative). q = 1 still ternarises: it is not the identity."""
-
-    q: float
-
-    def __post_init__(self) -> None:
-        _check_q(self.q)
 
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> bytes:
         flat = np.asarray(x, dtype=FLOAT).reshape(-1)
@@ -225,8 +228,7 @@ class SparseTernary:
 
     def analytic_bits(self, n: int, *, golomb: bool = False) -> float:
         """Spec 2.9: mu and, per kept entry, a position and a sign (the count is framing)."""
-        k = kept_count(n, self.q)
-        return 32 + k * (1 + (golomb_position_bits(self.q) if golomb else position_width(n)))
+        return 32 + self._kept_bits(n, 1, golomb)
 
 
 @dataclass(frozen=True)
