@@ -89,7 +89,7 @@ def test_statistics_are_taken_in_eval_mode_over_trainable_parameters_only() -> N
 
 def test_samples_below_one_is_refused() -> None:
     x, y = _data(4, 3, 2)
-    with pytest.raises(ValueError, match="gsnr samples and chunk_size must be >= 1"):
+    with pytest.raises(ValueError, match="samples and chunk_size must be >= 1"):
         gradient_statistics(nn.Linear(3, 2), x, y, samples=0, seed=0)
 
 
