@@ -95,7 +95,7 @@ def golomb_position_bits(q: float) -> float:
 
 
 def with_feedback(
-    codec: Codec, x: np.ndarray, residual: np.ndarray, rng: np.random.Generator
+    codec: Codec, x: np.ndarray, residual: np.ndarray | float, rng: np.random.Generator
 ) -> tuple[bytes, np.ndarray, np.ndarray]:
     """(encoding, decoded, new residual) of x plus the residual carried from earlier messages.
 

@@ -1,0 +1,94 @@
+"""Whole-update compression (fl_system.compression): the blob format, per-tensor codecs with
+and without error feedback, and updates that do not fit the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_system.codecs import CodecError, Dense, SparseTernary, TopK
+from fl_system.compression import Compression, pack_encodings, unpack_encodings
+
+SHAPES = [(3, 4), (5,), (2, 2, 2)]
+RNG = np.random.default_rng(0)
+
+
+def update() -> list[np.ndarray]:
+    return [RNG.standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+def test_blob_is_a_count_lengths_and_the_encodings() -> None:
+    blob = pack_encodings([b"ab", b"", b"xyz"])
+    assert blob.dtype == np.uint8
+    assert blob.tobytes() == np.array([3, 2, 0, 3], "<u4").tobytes() + b"abxyz"
+    assert unpack_encodings(blob, 3) == [b"ab", b"", b"xyz"]
+
+
+@pytest.mark.parametrize(
+    "blob,count,message",
+    [
+        (pack_encodings([b"ab", b"c"]), 3, "holds 2 tensors, the model has 3"),
+        (pack_encodings([b"ab", b"c"])[:-1], 2, "is 14 bytes, its header announces 15"),
+        (np.concatenate([pack_encodings([b"ab"]), [0]]).astype(np.uint8), 1, "header announces"),
+        (np.zeros(3, np.uint8), 1, "shorter than its header"),
+    ],
+)
+def test_blobs_that_do_not_fit_are_rejected(blob: np.ndarray, count: int, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        unpack_encodings(blob, count)
+
+
+def test_each_tensor_is_compressed_on_its_own() -> None:
+    """One mu and k = floor(q n) entries per tensor: 3 of 12, 1 of 5, 2 of 8."""
+    compression = Compression(SparseTernary(q=0.25))
+    blob, decoded, residual = compression.encode(update(), None, RNG)
+    assert [np.count_nonzero(d) for d in decoded] == [3, 1, 2]
+    for tensor in decoded:
+        assert len(set(np.abs(tensor[tensor != 0]).tolist())) == 1
+    again = compression.decode(blob, SHAPES)
+    assert all(np.array_equal(a, b) for a, b in zip(again, decoded, strict=True))
+    assert [r.shape for r in residual] == SHAPES
+
+
+def test_error_feedback_carries_what_was_not_sent_across_messages() -> None:
+    compression = Compression(TopK(q=0.2))
+    inputs = [update() for _ in range(10)]
+    residual, sent_total = None, [np.zeros(s) for s in SHAPES]
+    for message in inputs:
+        blob, _, residual = compression.encode(message, residual, RNG)
+        for total, tensor in zip(sent_total, compression.decode(blob, SHAPES), strict=True):
+            total += tensor
+    for i, shape in enumerate(SHAPES):
+        expected = np.sum([m[i] for m in inputs], axis=0)
+        np.testing.assert_allclose(sent_total[i] + residual[i], expected, atol=1e-5)
+        assert sent_total[i].shape == shape
+
+
+def test_without_error_feedback_nothing_is_kept_or_carried() -> None:
+    compression = Compression(TopK(q=0.2), error_feedback=False)
+    message = update()
+    big_residual = [np.full(s, 100.0, np.float32) for s in SHAPES]
+    blob, _, residual = compression.encode(message, big_residual, RNG)
+    assert residual is None
+    fresh, _, _ = compression.encode(message, None, RNG)
+    assert np.array_equal(blob, fresh)  # the residual passed in was ignored
+
+
+def test_dense_updates_round_trip_exactly() -> None:
+    message = update()
+    blob, _, _ = Compression(Dense()).encode(message, None, RNG)
+    assert len(blob) == 4 * (1 + 3) + 4 * (12 + 5 + 8)
+    decoded = Compression(Dense()).decode(blob, SHAPES)
+    assert all(np.array_equal(a, b) for a, b in zip(decoded, message, strict=True))
+
+
+def test_a_tensor_that_does_not_decode_is_named() -> None:
+    blob, _, _ = Compression(TopK(q=0.25)).encode(update(), None, RNG)
+    with pytest.raises(CodecError, match=r"tensor 0: top-k tensor \(n=12, k=6\): expected"):
+        Compression(TopK(q=0.5)).decode(blob, SHAPES)  # k differs from the sender's
+
+
+def test_analytic_bits_sum_over_tensors() -> None:
+    compression = Compression(SparseTernary(q=0.25))
+    per_tensor = [32 + 3 * (1 + 4), 32 + 1 * (1 + 3), 32 + 2 * (1 + 3)]
+    assert compression.analytic_bits(SHAPES) == sum(per_tensor)
