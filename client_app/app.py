@@ -24,16 +24,25 @@ from torch import nn
 
 from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
+from client_app.compression import compress_model
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol, wire
+from fl_system.compression import Compression
 from fl_system.devices import apply_thread_limit, resolve_device
-from fl_system.experiment import build, build_client_addons, build_model, config_from_json
+from fl_system.experiment import (
+    build,
+    build_client_addons,
+    build_compression,
+    build_model,
+    config_from_json,
+)
 from fl_system.seeding import derive_seed
 
 _STATE = "fl-system"  # context.state record holding what the handshake delivered
 _QUERY_SEED = 0x9A5  # separates the seeds of queries from those of training
+_UPDATE_SEED = 0xC0DE  # and those of a stochastic codec's rounding
 
 app = ClientApp()
 
@@ -55,6 +64,12 @@ def _rule_factory(config_json: str) -> Callable[[], LocalRule]:
     Hydra's instantiate costs more per message than the small partitions' epochs can hide.
     """
     return build(config_from_json(config_json).algorithm.local_rule, _partial_=True)
+
+
+@functools.lru_cache(maxsize=2)
+def _compression(config_json: str) -> Compression | None:
+    """How this run's updates travel up (None: the model as it is)."""
+    return build_compression(config_from_json(config_json))
 
 
 @functools.lru_cache(maxsize=2)
@@ -157,6 +172,7 @@ def train(msg: Message, context: Context) -> Message:
     got = _open(msg, context)
     cfg, node = got.cfg, got.node
     rule = _rule_factory(got.config_json)()
+    state = ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id)
     result = train_locally(
         got.model,
         *got.data,
@@ -165,7 +181,7 @@ def train(msg: Message, context: Context) -> Message:
         seed=derive_seed(cfg.seed, got.server_round, node.partition_id),
         device=resolve_device(node.device),
         received=got.received,
-        state=ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id),
+        state=state,
     )
     metrics = MetricRecord(
         {
@@ -178,9 +194,21 @@ def train(msg: Message, context: Context) -> Message:
     )
     for hook in _hooks(got.config_json, rule):
         metrics.update(hook.reply_metrics(got.data, got.config))
-    content = RecordDict(
-        {protocol.ARRAYS: ArrayRecord(got.model.state_dict()), protocol.METRICS: metrics}
-    )
+    compression = _compression(got.config_json)
+    if compression is None:
+        content = RecordDict(
+            {protocol.ARRAYS: ArrayRecord(got.model.state_dict()), protocol.METRICS: metrics}
+        )
+    else:
+        rng = np.random.default_rng(
+            derive_seed(cfg.seed, got.server_round, node.partition_id, _UPDATE_SEED)
+        )
+        end = {k: v.numpy() for k, v in got.model.state_dict().items()}
+        received = got.received.array_records[protocol.ARRAYS]
+        dense, update = compress_model(compression, received, end, state, rng)
+        content = RecordDict(
+            {protocol.ARRAYS: dense, protocol.UPDATE: update, protocol.METRICS: metrics}
+        )
     for name, record in result.extras.items():
         content[name] = record
     return Message(wire.pack(content), reply_to=msg)

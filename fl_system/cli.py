@@ -15,6 +15,7 @@ from fl_system.checkpoint import CheckpointError
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError
+from fl_system.overrides import mounted_groups, rewrite
 from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError
@@ -79,6 +80,10 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        sys.argv[1:] = rewrite(sys.argv[1:], mounted_groups(CONF_DIR), CONF_DIR)
+    except ValueError as err:
+        _fail(str(err), EXIT_BAD_INPUT)
     try:
         _hydra_main()
     except KeyboardInterrupt as stop:

@@ -19,6 +19,12 @@ from fl_system.codecs import Codec, CodecError, with_feedback
 _U32 = np.dtype("<u4")
 
 
+def is_compressed(array: np.ndarray) -> bool:
+    """The tensors a model update's codec covers: floating point (parameters, float buffers);
+    integer buffers travel dense. Both sides decide from the model the server sent."""
+    return np.issubdtype(array.dtype, np.floating)
+
+
 def pack_encodings(encodings: Sequence[bytes]) -> np.ndarray:
     """The encodings of a model's tensors as one uint8 array."""
     header = np.array([len(encodings), *map(len, encodings)], dtype=_U32).tobytes()

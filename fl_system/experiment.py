@@ -17,6 +17,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from fl_system.codecs import Dense
+from fl_system.compression import Compression
 from fl_system.data import DatasetArrays
 from fl_system.seeding import seed_everything
 from fl_system.validation import ConfigError
@@ -80,6 +82,18 @@ def build_strategy(cfg: DictConfig) -> Any:
 def build_client_addons(cfg: DictConfig) -> list[Any]:
     """The enabled add-ons' client halves."""
     return [build(node.client, label=f"algorithm.{key}") for key, node in enabled_addons(cfg)]
+
+
+def build_compression(cfg: DictConfig, direction: str = "up") -> Compression | None:
+    """`compression.<direction>`: its codec with error feedback, or None when models travel
+    as they are (the `none` codec), so that uncompressed runs take no extra step."""
+    node = OmegaConf.to_container(cfg.compression[direction], resolve=True)
+    assert isinstance(node, dict)
+    feedback = node.pop("error_feedback", False)
+    if not isinstance(feedback, bool):
+        raise ConfigError(f"compression.{direction}.error_feedback must be true or false")
+    codec = build(OmegaConf.create(node), label=f"compression.{direction}")
+    return None if isinstance(codec, Dense) else Compression(codec, feedback)
 
 
 def config_to_json(cfg: DictConfig) -> str:

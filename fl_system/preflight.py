@@ -8,6 +8,7 @@ from fl_system.checkpoint import check_same_experiment, load_checkpoint
 from fl_system.experiment import (
     build,
     build_client_addons,
+    build_compression,
     build_model,
     build_strategy,
     load_dataset,
@@ -26,6 +27,7 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     build_strategy(cfg)
     build(cfg.algorithm.local_rule)
     build_client_addons(cfg)
+    build_compression(cfg)
     build_model(cfg)
     load_dataset(cfg)
     partition_indices(cfg, cfg.num_clients)

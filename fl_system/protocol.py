@@ -49,6 +49,13 @@ GSNR_MEAN = "mean"
 GSNR_VARIANCE = "variance"
 GSNR_SAMPLES = "gsnr-samples"
 
+# Compression (compression.up, fl_system.compression): a reply's model update as one encoded
+# blob; the tensors the codec does not cover (integer buffers) stay dense under ARRAYS.
+UPDATE = "update"  # ArrayRecord holding one uint8 array, BLOB
+BLOB = "blob"
+# A reply the server could not read (a truncated or out-of-range update): REASON says why.
+REJECTED = "rejected"
+
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE_ACTION = "handshake"  # ClientApp: @app.query(HANDSHAKE_ACTION)
 HANDSHAKE = f"query.{HANDSHAKE_ACTION}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +31,17 @@ from fl_system.checkpoint import (
 )
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
-from fl_system.experiment import build_model, build_strategy, config_to_json, load_dataset
+from fl_system.experiment import (
+    build_compression,
+    build_model,
+    build_strategy,
+    config_to_json,
+    load_dataset,
+)
 from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.seeding import derive_seed
+from server_app.compression import UpdateTally, expand_replies
 from server_app.exchange import exchange
 from server_app.nodes import NodeRegistry
 from server_app.rounds import ClientFailure, RoundPlan, RoundResult
@@ -50,6 +57,7 @@ class _Tally:
     bytes_up: int = 0
     bytes_down: int = 0
     seconds: float = 0.0
+    updates: UpdateTally = field(default_factory=UpdateTally)  # compression.up, in bytes_up
 
 
 class RunFailed(RuntimeError):
@@ -73,6 +81,7 @@ class RoundDriver:
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
         self.strategy: FederatedStrategy = build_strategy(cfg)
+        self.compression = build_compression(cfg)
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
         self.nodes = NodeRegistry(
@@ -168,6 +177,10 @@ class RoundDriver:
             "bytes_up": sum(t.bytes_up for t in tallies.values()) + handshake_up,
             "bytes_down": sum(t.bytes_down for t in tallies.values()) + handshake_down,
         }
+        if self.compression is not None:  # what the encoded updates weighed of bytes_up
+            row["update_bytes_up"] = sum(t.updates.update_bytes for t in tallies.values())
+            row["update_bits_naive"] = round(sum(t.updates.bits_naive for t in tallies.values()))
+            row["update_bits_golomb"] = round(sum(t.updates.bits_golomb for t in tallies.values()))
         if len(tallies) > 1:  # several exchanges: each one's traffic and time
             for label, t in tallies.items():
                 row[f"bytes_up_{label}"] = t.bytes_up
@@ -198,6 +211,10 @@ class RoundDriver:
                             step.label,
                         )
                 tally = tallies.setdefault(step.label, _Tally())
+                if self.compression is not None:
+                    tally.updates.add(
+                        expand_replies(self.compression, step.messages, traffic.replies)
+                    )
                 tally.bytes_up += traffic.bytes_up
                 tally.bytes_down += traffic.bytes_down
                 tally.seconds += time.monotonic() - start

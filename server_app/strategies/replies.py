@@ -34,6 +34,10 @@ def unpack_replies(replies: Iterable[Message]) -> tuple[list[ClientReply], list[
             failed.append(ClientFailure(node, f"client error: {msg.error.reason}"))
             continue
         content = msg.content
+        if protocol.REJECTED in content.config_records:
+            reason = str(content.config_records[protocol.REJECTED][protocol.REASON])
+            failed.append(ClientFailure(node, reason))
+            continue
         metrics = content.metric_records.get(protocol.METRICS)
         arrays = content.array_records.get(protocol.ARRAYS)
         missing = [

@@ -44,6 +44,16 @@ def _error_lines(stderr: str) -> list[str]:
             "algorithm.gsnr.allocation must be one of matched, scaled, got 'greedy'",
         ),
         (["algorithm=fedgsnr"], "algorithm.gsnr needs train.local_steps (E_const"),
+        (
+            ["compression.up=st", "compression.up.q=0"],
+            "compression.up: q must be a fraction in (0, 1], got 0",
+        ),
+        (["compression.up=topk", "compression.up.q=1.5"], "compression.up: q must be a fraction"),
+        (
+            ["compression.up=qsgd", "compression.up.levels=0"],
+            "compression.up: levels must be an integer >= 1, got 0",
+        ),
+        (["compression.up=zip"], "compression.up=zip: no such option; choose one of fp16, none"),
     ],
 )
 def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> None:

@@ -12,7 +12,13 @@ from omegaconf import DictConfig
 
 from fl_system.cli import CONF_DIR
 from fl_system.data.partitions import Partitioner
-from fl_system.experiment import build, build_client_addons, build_model, build_strategy
+from fl_system.experiment import (
+    build,
+    build_client_addons,
+    build_compression,
+    build_model,
+    build_strategy,
+)
 from fl_system.validation import check_values
 from server_app.strategies.base import FederatedStrategy
 
@@ -66,6 +72,18 @@ def test_partitions_split(name: str) -> None:
     groups = np.arange(600) % 6
     parts = partitioner.split(labels, 6, seed=0, groups=groups)
     assert len(parts) == 6 and sum(len(p) for p in parts) <= 600
+
+
+@pytest.mark.parametrize("name", _options("codec"))
+def test_codecs_build_and_round_trip(name: str) -> None:
+    cfg = _cfg(f"codec@compression.up={name}")
+    compression = build_compression(cfg)
+    if name == "none":
+        assert compression is None
+        return
+    update = [np.linspace(-1, 1, 300, dtype=np.float32).reshape(3, 100)]
+    blob, decoded, _ = compression.encode(update, None, np.random.default_rng(0))
+    assert compression.decode(blob, [(3, 100)])[0].tolist() == decoded[0].tolist()
 
 
 @pytest.mark.parametrize("name", _options("runtime"))

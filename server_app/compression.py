@@ -1,0 +1,87 @@
+"""The server's half of `compression.up`: replies turned back into whole models.
+
+A reply that carries an encoded update (`protocol.UPDATE`) is decoded against the model
+that was sent to that node, so strategies see whole models whatever the codec. One that
+cannot be decoded (truncated, positions out of range, another model's shape) is marked
+rejected with the reason; the strategy sets it aside like any failed reply, and the round
+goes on with the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+from fl_system import protocol
+from fl_system.codecs import CodecError
+from fl_system.compression import Compression, is_compressed
+
+
+@dataclass
+class UpdateTally:
+    """What the encoded updates of one exchange weighed, measured and as spec EFL 2.9 counts."""
+
+    update_bytes: int = 0  # the blobs as sent
+    bits_naive: float = 0.0
+    bits_golomb: float = 0.0
+
+    def add(self, other: UpdateTally) -> None:
+        self.update_bytes += other.update_bytes
+        self.bits_naive += other.bits_naive
+        self.bits_golomb += other.bits_golomb
+
+
+def expand_replies(
+    compression: Compression, sent: Sequence[Message], replies: Sequence[Message]
+) -> UpdateTally:
+    """Decode, in place, every reply carrying an encoded update; what they weighed."""
+    models = {m.metadata.dst_node_id: m.content.array_records.get(protocol.ARRAYS) for m in sent}
+    tally = UpdateTally()
+    for reply in replies:
+        if reply.has_error() or protocol.UPDATE not in reply.content.array_records:
+            continue
+        reference = models.get(reply.metadata.src_node_id)
+        try:
+            if reference is None:
+                raise CodecError("an update for a model this node was not sent")
+            blob = reply.content.array_records[protocol.UPDATE][protocol.BLOB].numpy()
+            arrays, shapes = _whole_model(compression, reference, reply.content, blob)
+        except (CodecError, KeyError, ValueError) as err:
+            reply.content = _rejected(reply.content, f"compressed update rejected: {err}")
+            continue
+        reply.content[protocol.ARRAYS] = arrays
+        del reply.content[protocol.UPDATE]
+        tally.update_bytes += blob.size
+        tally.bits_naive += compression.analytic_bits(shapes)
+        tally.bits_golomb += compression.analytic_bits(shapes, golomb=True)
+    return tally
+
+
+def _whole_model(
+    compression: Compression, reference: ArrayRecord, content: RecordDict, blob: np.ndarray
+) -> tuple[ArrayRecord, list[tuple[int, ...]]]:
+    """reference + decoded update for the codec's tensors, the reply's own for the rest; and
+    the shapes of the codec's tensors."""
+    dense = content.array_records.get(protocol.ARRAYS, ArrayRecord())
+    base = dict(zip(reference.keys(), reference.to_numpy_ndarrays(), strict=True))
+    names = [k for k, v in base.items() if is_compressed(v)]
+    shapes = [base[k].shape for k in names]
+    update = dict(zip(names, compression.decode(blob, shapes), strict=True))
+    out = {}
+    for name, value in base.items():
+        if name in update:
+            out[name] = Array((value + update[name]).astype(value.dtype, copy=False))
+        else:
+            out[name] = Array(dense[name].numpy())  # KeyError: the dense part lacks a tensor
+    return ArrayRecord(out), shapes
+
+
+def _rejected(content: RecordDict, reason: str) -> RecordDict:
+    """The reply's metrics, and why it cannot be used."""
+    out = RecordDict({protocol.REJECTED: ConfigRecord({protocol.REASON: reason})})
+    if protocol.METRICS in content.metric_records:
+        out[protocol.METRICS] = content.metric_records[protocol.METRICS]
+    return out
