@@ -169,6 +169,11 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
         summary["best_accuracy"], summary["best_round"] = best[1], best[0]
         last10 = [acc for _, acc, _ in evaluated[-10:]]
         summary["mean_last10_accuracy"] = sum(last10) / len(last10)
+    if rows and "update_bytes_up" in rows[0]:  # compression.up: the updates, and the rest
+        summary["update_bytes_up"] = sum(_count(r.get("update_bytes_up")) for r in rows)
+        summary["other_bytes_up"] = summary["bytes_up"] - summary["update_bytes_up"]
+        for bits in ("update_bits_naive", "update_bits_golomb"):
+            summary[bits] = sum(_count(r.get(bits)) for r in rows)
     if target_accuracy is not None:
         hit = next((item for item in evaluated if item[1] >= target_accuracy), None)
         if hit is not None:

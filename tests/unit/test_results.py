@@ -220,3 +220,14 @@ def test_plot_curve_writes_png(tmp_path: Path) -> None:
     plot_curve([], tmp_path / "empty.png", title="no rounds")
     assert (tmp_path / "empty.png").read_bytes().startswith(PNG_SIGNATURE)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png", "empty.png"]
+
+
+def test_summarize_splits_compressed_uploads_into_updates_and_the_rest() -> None:
+    rows = _hand_rows()
+    for i, row in enumerate(rows):
+        row.update(update_bytes_up=str(50 + i), update_bits_naive="390", update_bits_golomb="200")
+    summary = summarize(rows, target_accuracy=None)
+    assert summary["update_bytes_up"] == 260  # 50 + 51 + 52 + 53 + 54
+    assert summary["other_bytes_up"] == 400 - 260
+    assert (summary["update_bits_naive"], summary["update_bits_golomb"]) == (1950, 1000)
+    assert "update_bytes_up" not in summarize(_hand_rows(), target_accuracy=None)
