@@ -85,6 +85,8 @@ def train_locally(
         lr=settings.lr,
         received=received if received is not None else RecordDict(),
         state=state,
+        data=(x, y),
+        seed=seed,
     )
     optimizer = torch.optim.SGD(
         model.parameters(),

@@ -32,6 +32,13 @@ DISCO_D = "disco-d"
 DISCO_TARGET = "disco-target"
 DISCO_COUNTS = "disco-counts"
 
+# EFL: the sums U = sum u_k and V = sum u_k * w_k of last round's reporters (down), and a
+# client's Fisher diagonal u_k and u_k * w_k at its end model (up), keyed by parameter name.
+EFL_FISHER_SUM = "efl-U"
+EFL_WEIGHTED_SUM = "efl-V"
+EFL_FISHER = "efl-u"
+EFL_WEIGHTED = "efl-v"
+
 # Per-client settings (server -> client): a ConfigRecord key TRAIN_OVERRIDE + name overrides
 # the run's train.<name> for that message only (e.g. FedGSNR's "train.local_steps").
 TRAIN_OVERRIDE = "train."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from flwr.app import RecordDict
 from torch import nn
@@ -28,6 +29,8 @@ class LocalContext:
     lr: float
     received: RecordDict  # the whole train message content (per-node extras live here)
     state: ClientState | None = None  # survives rounds and SuperNode restarts
+    data: tuple[np.ndarray, np.ndarray] | None = None  # the local training data (x, y)
+    seed: int = 0  # this round's seed: a rule's own draws derive from it
     steps: int = 0  # optimiser steps taken so far in this round
     extras: dict[str, object] = field(default_factory=dict)  # scratch space for the rule
 

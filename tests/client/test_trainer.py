@@ -2,40 +2,28 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from client_app.algorithms.base import LocalContext
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.fedprox import FedProxRule
 from client_app.trainer import TrainSettings, batches, train_locally
-from fl_system.models import MLP
+from tests.client.tiny import linear_data, linear_model
 
 CPU = torch.device("cpu")
 
 
-def _data(n: int = 40) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, 4)).astype(np.float32)
-    return x, (x[:, 0] > 0).astype(np.int64)
-
-
-def _model() -> MLP:
-    """A linear classifier (no hidden layer): weights `classifier.weight` and `classifier.bias`."""
-    torch.manual_seed(0)
-    return MLP(input_shape=[4], num_classes=2, hidden=())
-
-
-def _train(rule, settings: TrainSettings | None = None, seed: int = 5) -> MLP:
+def _train(rule, settings: TrainSettings | None = None, seed: int = 5) -> nn.Module:
     settings = settings or TrainSettings(batch_size=8, lr=0.1)
-    model = _model()
-    x, y = _data()
+    model = linear_model()
+    x, y = linear_data()
     train_locally(model, x, y, rule, settings, seed=seed, device=CPU)
     return model
 
 
-def test_same_seed_same_model_other_seed_other_model() -> None:
+def test_same_seed_same_model_other_seed_otherlinear_model() -> None:
     a, b, c = _train(FedAvgRule()), _train(FedAvgRule()), _train(FedAvgRule(), seed=6)
     assert torch.equal(a.classifier.weight, b.classifier.weight)
     assert not torch.equal(a.classifier.weight, c.classifier.weight)
@@ -48,7 +36,7 @@ def test_fedprox_with_mu_zero_is_fedavg() -> None:
 
 
 def test_fedprox_term_gradient_is_mu_times_drift() -> None:
-    model = _model()
+    model = linear_model()
     ctx = LocalContext(
         model=model,
         global_params=[p.detach().clone() for p in model.parameters()],
@@ -67,8 +55,8 @@ def test_fedprox_term_gradient_is_mu_times_drift() -> None:
     assert term.item() == pytest.approx(0.5 * 0.2 * 1.5**2 * 8)
 
 
-def test_fedprox_pulls_towards_the_global_model() -> None:
-    start = _model().classifier.weight.detach().clone()
+def test_fedprox_pulls_towards_the_globallinear_model() -> None:
+    start = linear_model().classifier.weight.detach().clone()
     drift_avg = (_train(FedAvgRule()).classifier.weight - start).norm()
     drift_prox = (_train(FedProxRule(mu=5.0)).classifier.weight - start).norm()
     assert drift_prox < drift_avg
@@ -91,9 +79,9 @@ def test_batches_epochs_and_fixed_steps() -> None:
 
 
 def test_result_reports_examples_steps_and_loss() -> None:
-    x, y = _data()
+    x, y = linear_data()
     result = train_locally(
-        _model(), x, y, FedAvgRule(), TrainSettings(batch_size=8), seed=1, device=CPU
+        linear_model(), x, y, FedAvgRule(), TrainSettings(batch_size=8), seed=1, device=CPU
     )
     assert result.num_examples == 40 and result.steps == 5
     assert 0 < result.mean_loss < 5 and result.seconds > 0

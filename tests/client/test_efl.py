@@ -1,0 +1,97 @@
+"""EFL's client rule on a tiny linear model: lambda = 0 is FedAvg bitwise, one step carries the
+elastic penalty's gradient exactly, and the reply holds the Fisher diagonal u and u * w."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, RecordDict
+
+from client_app.algorithms.efl import _FISHER_SEED, EflRule
+from client_app.algorithms.fedavg import FedAvgRule
+from client_app.per_sample import gradient_moments
+from client_app.trainer import TrainSettings, train_locally
+from fl_system import protocol
+from fl_system.seeding import derive_seed
+from tests.client.tiny import linear_data, linear_model
+
+CPU = torch.device("cpu")
+
+
+def _sums(u: float, v: float) -> RecordDict:
+    model = linear_model()
+    shapes = {k: tuple(p.shape) for k, p in model.named_parameters()}
+    return RecordDict(
+        {
+            protocol.EFL_FISHER_SUM: ArrayRecord(
+                {k: Array(np.full(s, u, np.float32)) for k, s in shapes.items()}
+            ),
+            protocol.EFL_WEIGHTED_SUM: ArrayRecord(
+                {k: Array(np.full(s, v, np.float32)) for k, s in shapes.items()}
+            ),
+        }
+    )
+
+
+def _train(rule, settings: TrainSettings, received: RecordDict | None = None):
+    model = linear_model()
+    x, y = linear_data()
+    result = train_locally(model, x, y, rule, settings, seed=5, device=CPU, received=received)
+    return model, result
+
+
+def test_lambda_zero_trains_exactly_like_fedavg() -> None:
+    settings = TrainSettings(batch_size=8, lr=0.1)
+    efl, _ = _train(EflRule(lam=0.0, fisher_samples=16), settings, _sums(3.0, 1.0))
+    fedavg, _ = _train(FedAvgRule(), settings)
+    for a, b in zip(efl.parameters(), fedavg.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_one_step_adds_the_penalty_gradient() -> None:
+    """w1 = w0 - lr (grad f(w0) + lam (U w0 - V)), with U = 2, V = 0.5 everywhere."""
+    settings = TrainSettings(batch_size=40, lr=0.1, local_steps=1)
+    lam, lr = 0.3, 0.1
+    plain, _ = _train(FedAvgRule(), settings)
+    efl, _ = _train(EflRule(lam=lam, fisher_samples=8), settings, _sums(2.0, 0.5))
+    start = linear_model()
+    for p0, p_plain, p_efl in zip(
+        start.parameters(), plain.parameters(), efl.parameters(), strict=True
+    ):
+        penalty = lam * (2.0 * p0.detach() - 0.5)
+        torch.testing.assert_close(p_efl, p_plain - lr * penalty, rtol=1e-6, atol=1e-7)
+
+
+def test_reply_holds_the_fisher_diagonal_and_its_product_with_the_endlinear_model() -> None:
+    settings = TrainSettings(batch_size=8, lr=0.1)
+    model, result = _train(EflRule(lam=0.0, fisher_samples=16), settings)
+    u_record = result.extras.array_records[protocol.EFL_FISHER]
+    v_record = result.extras.array_records[protocol.EFL_WEIGHTED]
+    assert list(u_record.keys()) == [k for k, _ in model.named_parameters()]
+    x, y = linear_data()
+    _, second, used = gradient_moments(model, x, y, samples=16, seed=derive_seed(5, _FISHER_SEED))
+    assert used == 16
+    flat = np.concatenate([u_record[k].numpy().reshape(-1) for k in u_record])
+    np.testing.assert_allclose(flat, second.astype(np.float32), rtol=1e-6)
+    for name, p in model.named_parameters():
+        u = u_record[name].numpy()
+        assert (u >= 0).all() and u.any()
+        np.testing.assert_allclose(v_record[name].numpy(), u * p.detach().numpy(), rtol=1e-6)
+
+
+def test_a_penalty_without_the_sums_is_refused() -> None:
+    with pytest.raises(ValueError, match="lacks 'efl-U' or 'efl-V'"):
+        _train(EflRule(lam=0.1), TrainSettings(local_steps=1), RecordDict())
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"lam": -1.0}, "efl lam must be a number >= 0, got -1.0"),
+        ({"lam": 0.1, "fisher_samples": 0}, "efl fisher_samples must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_settings_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EflRule(**kwargs)

@@ -1,0 +1,101 @@
+"""EFL's server half on mock replies: U and V are the unweighted sums of this round's u_k and
+u_k * w_k, sent to every client next round; a reply without them still counts for the model."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, RecordDict
+
+from fl_system import protocol
+from server_app.strategies.efl import Efl
+from tests.mock_replies import aggregate, plan, reply
+
+
+def _global() -> ArrayRecord:
+    return ArrayRecord(
+        {
+            "w": Array(np.array([0.0, 0.0], np.float32)),
+            "steps": Array(np.array([7], np.int64)),
+        }
+    )
+
+
+def _reply(node: int, pid: int, n: int, w: list[float], u: list[float] | None):
+    extra = None
+    if u is not None:
+        v = np.array(u, np.float32) * np.array(w, np.float32)
+        extra = RecordDict(
+            {
+                protocol.EFL_FISHER: ArrayRecord({"w": Array(np.array(u, np.float32))}),
+                protocol.EFL_WEIGHTED: ArrayRecord({"w": Array(v)}),
+            }
+        )
+    arrays = [np.array(w, np.float32), np.array([7], np.int64)]
+    return reply(node, arrays, partition_id=pid, num_examples=n, extra=extra)
+
+
+def _sent(strategy: Efl) -> tuple[np.ndarray, np.ndarray]:
+    (msg,) = strategy.train_messages(plan({11: 0}, _global(), rnd=2))
+    records = msg.content.array_records
+    assert list(records[protocol.EFL_FISHER_SUM].keys()) == ["w"]  # float layers only
+    return (
+        records[protocol.EFL_FISHER_SUM]["w"].numpy(),
+        records[protocol.EFL_WEIGHTED_SUM]["w"].numpy(),
+    )
+
+
+def test_the_first_round_sends_zero_sums() -> None:
+    u, v = _sent(Efl())
+    assert u.tolist() == [0.0, 0.0] and v.tolist() == [0.0, 0.0]
+
+
+def test_sums_of_this_rounds_reporters_and_a_data_size_average() -> None:
+    strategy = Efl()
+    replies = [
+        _reply(11, 0, 1, [1.0, 2.0], [0.5, 0.25]),
+        _reply(12, 1, 3, [3.0, -2.0], [1.5, 0.0]),
+    ]
+    result = aggregate(strategy, replies, arrays=_global())
+    np.testing.assert_allclose(result.arrays["w"].numpy(), [2.5, -1.0])  # (1*1 + 3*3) / 4
+    u, v = _sent(strategy)
+    np.testing.assert_allclose(u, [2.0, 0.25])
+    np.testing.assert_allclose(v, [0.5 * 1.0 + 1.5 * 3.0, 0.25 * 2.0 + 0.0])
+    # The next round replaces the sums (last round's reporters only), it does not add to them.
+    aggregate(strategy, [_reply(13, 2, 2, [1.0, 1.0], [1.0, 1.0])], arrays=_global(), rnd=2)
+    u, v = _sent(strategy)
+    assert u.tolist() == [1.0, 1.0] and v.tolist() == [1.0, 1.0]
+
+
+def test_a_reply_without_fisher_terms_counts_for_the_model_only(caplog) -> None:
+    strategy = Efl()
+    replies = [_reply(11, 0, 1, [1.0, 2.0], [0.5, 0.5]), _reply(12, 1, 1, [3.0, 4.0], None)]
+    with caplog.at_level(logging.WARNING):
+        result = aggregate(strategy, replies, arrays=_global())
+    np.testing.assert_allclose(result.arrays["w"].numpy(), [2.0, 3.0])
+    assert "partition 1: reply lacks 'efl-u' or 'efl-v'" in caplog.text
+    u, _ = _sent(strategy)
+    assert u.tolist() == [0.5, 0.5]
+
+
+def test_negative_fisher_values_are_refused(caplog) -> None:
+    strategy = Efl()
+    with caplog.at_level(logging.WARNING):
+        aggregate(strategy, [_reply(11, 0, 1, [1.0, 2.0], [-0.5, 0.5])], arrays=_global())
+    assert "not finite, or u < 0" in caplog.text
+    assert _sent(strategy)[0].tolist() == [0.0, 0.0]
+
+
+def test_sums_survive_a_checkpoint() -> None:
+    strategy = Efl()
+    aggregate(strategy, [_reply(11, 0, 1, [1.0, 2.0], [0.5, 0.25])], arrays=_global())
+    state = strategy.state_dict()
+    assert sorted(state) == ["efl/U/w", "efl/V/w"]
+    restored = Efl()
+    restored.load_state_dict(state)
+    for a, b in zip(_sent(strategy), _sent(restored), strict=True):
+        assert a.tolist() == b.tolist()
+    with pytest.raises(ValueError, match="does not keep state"):
+        Efl().load_state_dict({**state, "other/x": np.zeros(1)})
