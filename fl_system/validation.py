@@ -30,6 +30,10 @@ def _non_negative_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
 
 
+def _probability(v: Any) -> bool:
+    return _non_negative_number(v) and v <= 1
+
+
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (_int(0), "a non-negative integer"),
     "num_clients": (_int(1), "a positive integer"),
@@ -49,6 +53,8 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train.lr": (_positive_number, "a positive number"),
     "train.momentum": (lambda v: _non_negative_number(v) and v < 1, "a number in [0, 1)"),
     "train.weight_decay": (_non_negative_number, "a number >= 0"),
+    "stragglers.incomplete": (_probability, "a probability in [0, 1]"),
+    "stragglers.inactive": (_probability, "a probability in [0, 1]"),
     "clients.corrupt.kind": (lambda v: v in KINDS, f"one of {', '.join(KINDS)}"),
     "clients.corrupt.shift": (_int(1), "a positive integer"),
 }
@@ -67,6 +73,23 @@ def check_values(cfg: DictConfig) -> None:
     if cfg.min_clients is not None and cfg.min_clients > (cfg.clients_per_round or cfg.num_clients):
         raise ConfigError(f"min_clients ({cfg.min_clients}) exceeds the clients of a round")
     _check_corrupt_ids(cfg.clients.corrupt.ids, cfg.num_clients)
+    _check_stragglers(cfg)
+
+
+def _check_stragglers(cfg: DictConfig) -> None:
+    if cfg.stragglers.incomplete == 0 and cfg.stragglers.inactive == 0:
+        return
+    if cfg.train.local_steps is None:
+        raise ConfigError(
+            "stragglers need train.local_steps (E, the steps of a client that completes its "
+            "round), e.g. train.local_steps=20"
+        )
+    gsnr = OmegaConf.select(cfg, "algorithm.gsnr.enabled")
+    if gsnr:
+        raise ConfigError(
+            "stragglers cannot be combined with algorithm.gsnr.enabled=true: both set each "
+            "client's local steps"
+        )
 
 
 def _check_corrupt_ids(ids: Any, num_clients: int) -> None:

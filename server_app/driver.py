@@ -41,6 +41,7 @@ from fl_system.experiment import (
 from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.seeding import derive_seed
+from server_app import stragglers
 from server_app.compression import UpdateTally, expand_replies
 from server_app.exchange import exchange
 from server_app.nodes import NodeRegistry
@@ -82,6 +83,7 @@ class RoundDriver:
         self.paths = RunPaths(Path(cfg.run_dir))
         self.strategy: FederatedStrategy = build_strategy(cfg)
         self.compression = build_compression(cfg)
+        self.stragglers = stragglers.from_config(cfg)
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
         self.nodes = NodeRegistry(
@@ -161,6 +163,11 @@ class RoundDriver:
             config=ConfigRecord({protocol.SERVER_ROUND: rnd}),
             nodes={node_of[pid]: pid for pid in chosen},
         )
+        if self.stragglers is not None:
+            plan = self.stragglers.apply(plan, partial_work=self.strategy.partial_work)
+            if not plan.nodes:  # nobody can work this round: the model stays as it is
+                log.warning("round %d: every sampled client is inactive or dropped", rnd)
+                return arrays, {"round": rnd, "participants": 0, **plan.metrics}
         result, tallies, timed_out = self._exchanges(plan)
         if result.arrays is None or result.participants < (cfg.min_clients or 1):
             reasons = _grouped(result.failures)

@@ -7,7 +7,9 @@ u_i * w_i (`fl_system.efl`): parameters that were informative for other clients 
 near where those clients left them. U is clamped to 1 / (lr lambda) so that plain SGD on the
 penalty cannot diverge (spec 6.4). After training the client sends its own u (the empirical
 Fisher diagonal: mean squared per-sample gradient of the data loss over `fisher_samples`
-examples at its end model) and v = u * w. With lambda = 0 training is FedAvg's, bitwise.
+examples at its end model) and v = u * w. A straggler (stragglers.incomplete) scales its
+progress by E / s, capped at theta. With lambda = 0 and no stragglers training is FedAvg's,
+bitwise.
 The server half is `server_app/strategies/efl.py`.
 """
 
@@ -22,7 +24,7 @@ from flwr.common.logger import log as flwr_log
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.per_sample import gradient_moments
 from fl_system import protocol
-from fl_system.efl import penalty_gradient, stable_fisher_sum
+from fl_system.efl import penalty_gradient, progress_factor, stable_fisher_sum
 from fl_system.seeding import derive_seed
 
 _FISHER_SEED = 0xF15  # separates the Fisher sample draw from the batches of the round
@@ -31,14 +33,25 @@ _FISHER_SEED = 0xF15  # separates the Fisher sample draw from the batches of the
 class EflRule(LocalRule):
     """Local SGD on f_k + the elastic penalty; replies with u and u * w."""
 
-    def __init__(self, *, lam: float, fisher_samples: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        lam: float,
+        fisher_samples: int = 256,
+        max_steps: int | None = None,
+        theta: float | None = None,
+    ) -> None:
         if isinstance(lam, bool) or not isinstance(lam, int | float) or lam < 0:
             raise ValueError(f"efl lam must be a number >= 0, got {lam!r}")
         samples_ok = isinstance(fisher_samples, int) and not isinstance(fisher_samples, bool)
         if not samples_ok or fisher_samples < 1:
             raise ValueError(f"efl fisher_samples must be an integer >= 1, got {fisher_samples!r}")
+        if theta is not None and (isinstance(theta, bool) or not theta >= 1):
+            raise ValueError(f"efl theta (the cap on E / s) must be null or >= 1, got {theta!r}")
         self.lam = float(lam)
         self.fisher_samples = fisher_samples
+        self.max_steps = max_steps
+        self.theta = theta
 
     def begin(self, ctx: LocalContext) -> None:
         if self.lam == 0:
@@ -94,6 +107,19 @@ class EflRule(LocalRule):
             u = second[start : start + w.size].reshape(w.shape).astype(w.dtype)
             start += w.size
             fisher[name], weighted[name] = Array(u), Array(u * w)
+        self._compensate(ctx)
         return RecordDict(
             {protocol.EFL_FISHER: ArrayRecord(fisher), protocol.EFL_WEIGHTED: ArrayRecord(weighted)}
         )
+
+    def _compensate(self, ctx: LocalContext) -> None:
+        """A straggler that did s of E steps sends w0 + c (w - w0), c = min(E / s, theta), so
+        that its update counts like a complete one (spec 2.5; on the client, before any
+        compression's error feedback, spec 6.7). u and v stay at the weights it reached."""
+        if self.max_steps is None or not 0 < ctx.steps < self.max_steps:
+            return
+        factor = progress_factor(self.max_steps, ctx.steps, cap=self.theta)
+        with torch.no_grad():
+            for p, start in zip(ctx.model.parameters(), ctx.global_params, strict=True):
+                if p.requires_grad:
+                    p.copy_(start + factor * (p - start))

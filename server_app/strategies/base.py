@@ -38,6 +38,10 @@ class FederatedStrategy:
     another shape.
     """
 
+    # Whether a client that did only part of its local steps (a straggler) still helps:
+    # False drops such clients before training, as the EFL paper's FedAvg does.
+    partial_work = False
+
     def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
         self.addons = list(addons)
 

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 class Efl(FederatedStrategy):
     """FedAvg's model average, plus the Fisher sums U and V every client trains against."""
 
+    partial_work = True  # the client scales partial progress by E / s
+
     def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
         super().__init__(addons=addons)
         self.fisher_sum = LayerState("efl/U")

@@ -30,6 +30,8 @@ from server_app.strategies.base import ClientReply, FederatedStrategy
 class FedNova(FederatedStrategy):
     """Server half of FedNova: normalised averaging with `aggregation_weights` as p_k."""
 
+    partial_work = True  # updates are normalised by the steps actually taken
+
     def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
         super().__init__(addons=addons)
         if any(isinstance(a, StepSchedule) for a in self.addons):

@@ -10,3 +10,5 @@ from server_app.strategies.fedavg import FedAvg
 
 class FedProx(FedAvg):
     """Server half of FedProx: identical to FedAvg's size-weighted averaging."""
+
+    partial_work = True  # the proximal term bounds partial work's drift (FedProx's own premise)

@@ -42,6 +42,8 @@ def _positive_int(name: str, value: object) -> int:
 class Scaffold(FederatedStrategy):
     """Data-size (or FedDisco) weighted model average plus the global control variate c."""
 
+    partial_work = True  # c_i uses the steps actually taken
+
     def __init__(self, *, num_clients: int, addons: Sequence[ServerAddon] = ()) -> None:
         super().__init__(addons=addons)
         self.num_clients = _positive_int("scaffold num_clients", num_clients)

@@ -90,8 +90,26 @@ def test_a_penalty_without_the_sums_is_refused() -> None:
     [
         ({"lam": -1.0}, "efl lam must be a number >= 0, got -1.0"),
         ({"lam": 0.1, "fisher_samples": 0}, "efl fisher_samples must be an integer >= 1, got 0"),
+        ({"lam": 0.1, "theta": 0.5}, r"efl theta \(the cap on E / s\) must be null or >= 1"),
     ],
 )
 def test_bad_settings_are_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EflRule(**kwargs)
+
+
+def test_a_straggler_scales_its_progress_by_e_over_s() -> None:
+    """2 of E = 8 steps: the reply's model is w0 + 4 (w2 - w0); capped at theta = 3."""
+    settings = TrainSettings(batch_size=8, lr=0.1, local_steps=2)
+    plain, _ = _train(FedAvgRule(), settings)
+    start = linear_model()
+    for theta, factor in ((None, 4.0), (3.0, 3.0)):
+        rule = EflRule(lam=0.0, fisher_samples=8, max_steps=8, theta=theta)
+        scaled, _ = _train(rule, settings)
+        for p0, p, q in zip(
+            start.parameters(), plain.parameters(), scaled.parameters(), strict=True
+        ):
+            torch.testing.assert_close(q, p0 + factor * (p - p0))
+    complete, _ = _train(EflRule(lam=0.0, fisher_samples=8, max_steps=2), settings)
+    for p, q in zip(plain.parameters(), complete.parameters(), strict=True):
+        assert torch.equal(p, q)  # s = E: nothing to compensate

@@ -39,7 +39,7 @@ ALGORITHMS = {
         "algorithm.disco.enabled=true",
         "algorithm.gsnr.enabled=true",
         "train.local_steps=4",
-    ]
+    ],
 }
 
 

@@ -36,9 +36,22 @@ def test_defaults_are_valid() -> None:
             "clients.corrupt.kind must be one of label_shift, noise, got 'flip'",
         ),
         ("clients.corrupt.shift=0", "clients.corrupt.shift must be a positive integer, got 0"),
+        (
+            "stragglers.incomplete=1.5",
+            "stragglers.incomplete must be a probability in [0, 1], got 1.5",
+        ),
+        ("stragglers.inactive=-0.1", "stragglers.inactive must be a probability in [0, 1]"),
+        ("stragglers.inactive=0.1", "stragglers need train.local_steps (E, the steps of a"),
     ],
 )
 def test_bad_values_name_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         check_values(_cfg(override))
     assert message in str(err.value)
+
+
+def test_stragglers_and_gsnr_both_set_local_steps() -> None:
+    cfg = _cfg("algorithm=fedgsnr", "train.local_steps=5", "stragglers.incomplete=0.5")
+    with pytest.raises(ConfigError, match=r"stragglers cannot be combined with algorithm\.gsnr"):
+        check_values(cfg)
+    check_values(_cfg("algorithm=efl", "train.local_steps=5", "stragglers.incomplete=0.5"))
