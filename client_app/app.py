@@ -24,7 +24,7 @@ from torch import nn
 
 from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
-from client_app.compression import compress_model
+from client_app.compression import compress_model, receive_model
 from client_app.local_data import NodeIdentity, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
@@ -66,10 +66,10 @@ def _rule_factory(config_json: str) -> Callable[[], LocalRule]:
     return build(config_from_json(config_json).algorithm.local_rule, _partial_=True)
 
 
-@functools.lru_cache(maxsize=2)
-def _compression(config_json: str) -> Compression | None:
-    """How this run's updates travel up (None: the model as it is)."""
-    return build_compression(config_from_json(config_json))
+@functools.lru_cache(maxsize=4)
+def _compression(config_json: str, direction: str = "up") -> Compression | None:
+    """How this run's models travel that way (None: as they are)."""
+    return build_compression(config_from_json(config_json), direction)
 
 
 @functools.lru_cache(maxsize=2)
@@ -119,6 +119,7 @@ class _Incoming:
     server_round: int
     data: tuple[np.ndarray, np.ndarray]
     model: nn.Module
+    state: ClientState
 
 
 def _open(msg: Message, context: Context) -> _Incoming:
@@ -126,9 +127,12 @@ def _open(msg: Message, context: Context) -> _Incoming:
     cfg = config_from_json(config_json)
     node = NodeIdentity.from_context(context)
     apply_thread_limit()
-    received = wire.unpack(msg.content)
-    config = received.config_records[protocol.CONFIG]
+    state = ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id)
     model = _model_for(config_json)
+    received = receive_model(
+        _compression(config_json, "down"), wire.unpack(msg.content), state, list(model.state_dict())
+    )
+    config = received.config_records[protocol.CONFIG]
     model.load_state_dict(received.array_records[protocol.ARRAYS].to_torch_state_dict())
     return _Incoming(
         config_json,
@@ -139,6 +143,7 @@ def _open(msg: Message, context: Context) -> _Incoming:
         int(config[protocol.SERVER_ROUND]),
         local_training_data(cfg, node),
         model,
+        state,
     )
 
 
@@ -172,7 +177,6 @@ def train(msg: Message, context: Context) -> Message:
     got = _open(msg, context)
     cfg, node = got.cfg, got.node
     rule = _rule_factory(got.config_json)()
-    state = ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id)
     result = train_locally(
         got.model,
         *got.data,
@@ -181,7 +185,7 @@ def train(msg: Message, context: Context) -> Message:
         seed=derive_seed(cfg.seed, got.server_round, node.partition_id),
         device=resolve_device(node.device),
         received=got.received,
-        state=state,
+        state=got.state,
     )
     metrics = MetricRecord(
         {
@@ -205,7 +209,7 @@ def train(msg: Message, context: Context) -> Message:
         )
         end = {k: v.numpy() for k, v in got.model.state_dict().items()}
         received = got.received.array_records[protocol.ARRAYS]
-        dense, update = compress_model(compression, received, end, state, rng)
+        dense, update = compress_model(compression, received, end, got.state, rng)
         content = RecordDict(
             {protocol.ARRAYS: dense, protocol.UPDATE: update, protocol.METRICS: metrics}
         )

@@ -60,6 +60,11 @@ GSNR_SAMPLES = "gsnr-samples"
 # blob; the tensors the codec does not cover (integer buffers) stay dense under ARRAYS.
 UPDATE = "update"  # ArrayRecord holding one uint8 array, BLOB
 BLOB = "blob"
+# compression.down (server_app/downlink.py): the version of the global model a message
+# carries (config), and the compressed broadcasts that reach it from the version the client
+# holds (ArrayRecord, one uint8 blob per version, keyed by the version it makes).
+MODEL_VERSION = "model-version"
+DOWN_UPDATES = "down-updates"
 # A reply the server could not read (a truncated or out-of-range update): REASON says why.
 REJECTED = "rejected"
 

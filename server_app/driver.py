@@ -43,6 +43,7 @@ from fl_system.run_dir import RunPaths
 from fl_system.seeding import derive_seed
 from server_app import stragglers
 from server_app.compression import UpdateTally, expand_replies
+from server_app.downlink import Downlink
 from server_app.exchange import exchange
 from server_app.nodes import NodeRegistry
 from server_app.rounds import ClientFailure, RoundPlan, RoundResult
@@ -83,6 +84,8 @@ class RoundDriver:
         self.paths = RunPaths(Path(cfg.run_dir))
         self.strategy: FederatedStrategy = build_strategy(cfg)
         self.compression = build_compression(cfg)
+        down = build_compression(cfg, "down")
+        self.downlink = Downlink(down, seed=int(cfg.seed)) if down is not None else None
         self.stragglers = stragglers.from_config(cfg)
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
@@ -118,6 +121,8 @@ class RoundDriver:
         start_round, elapsed_before = 1, 0.0
         if cfg.resume:
             arrays, start_round, elapsed_before = self._restore(arrays)
+        if self.downlink is not None:
+            self.downlink.start(arrays)
         started = time.monotonic()
         self.nodes.wait_for(
             cfg.num_clients if cfg.clients_per_round is None else cfg.clients_per_round,
@@ -176,6 +181,11 @@ class RoundDriver:
                 + (f", {timed_out} timed out" if timed_out else "")
                 + (f" ({reasons})" if reasons else "")
             )
+        arrays = result.arrays
+        broadcast: dict[str, int] = {}
+        if self.downlink is not None:  # the new model as the clients will hold it
+            arrays, size = self.downlink.commit(result.arrays, rnd)
+            broadcast = {"broadcast_bytes": size}
         handshake_up, handshake_down = self.nodes.take_handshake_bytes()
         row: dict = {
             "round": rnd,
@@ -193,8 +203,9 @@ class RoundDriver:
                 row[f"bytes_up_{label}"] = t.bytes_up
                 row[f"bytes_down_{label}"] = t.bytes_down
                 row[f"seconds_{label}"] = round(t.seconds, 3)
+        row.update(broadcast)
         row.update({k: v for k, v in result.metrics.items() if not isinstance(v, list)})
-        return result.arrays, row
+        return arrays, row
 
     def _exchanges(self, plan: RoundPlan) -> tuple[RoundResult, dict[str, _Tally], int]:
         """Run the strategy's round: its result, traffic per exchange label, nodes timed out."""
@@ -206,7 +217,14 @@ class RoundDriver:
             step = next(steps)
             while True:
                 start = time.monotonic()
-                traffic = exchange(self.grid, step.messages, timeout=max(deadline - start, 0.0))
+                sending = (
+                    self.downlink.outgoing(step.messages, plan.nodes, plan.arrays)
+                    if self.downlink is not None
+                    else step.messages
+                )
+                traffic = exchange(self.grid, sending, timeout=max(deadline - start, 0.0))
+                if self.downlink is not None:
+                    self.downlink.confirm(traffic.replies)
                 answered = {r.metadata.src_node_id for r in traffic.replies}
                 for m in step.messages:
                     if m.metadata.dst_node_id not in answered:
@@ -235,10 +253,15 @@ class RoundDriver:
         check_same_experiment(ckpt.config, _plain(self.cfg))
         if list(ckpt.model) != list(arrays.keys()):
             raise RunFailed("checkpoint model layers do not match the configured model")
-        self.strategy.load_state_dict(ckpt.strategy_state)
+        state = ckpt.strategy_state
+        restored = ArrayRecord({k: Array(v) for k, v in ckpt.model.items()})
+        if self.downlink is not None:
+            self.downlink.load_state_dict(
+                {k: v for k, v in state.items() if Downlink.owns(k)}, restored
+            )
+        self.strategy.load_state_dict({k: v for k, v in state.items() if not Downlink.owns(k)})
         self.metrics.truncate_after(ckpt.round)
         run_log.say(f"resuming after round {ckpt.round} from {self.paths.checkpoint}")
-        restored = ArrayRecord({k: Array(v) for k, v in ckpt.model.items()})
         return restored, ckpt.round + 1, ckpt.elapsed_seconds
 
     def _save(self, rnd: int, arrays: ArrayRecord, elapsed: float) -> None:
@@ -247,7 +270,10 @@ class RoundDriver:
             Checkpoint(
                 round=rnd,
                 model=dict(zip(arrays.keys(), arrays.to_numpy_ndarrays(), strict=True)),
-                strategy_state=self.strategy.state_dict(),
+                strategy_state={
+                    **self.strategy.state_dict(),
+                    **(self.downlink.state_dict() if self.downlink is not None else {}),
+                },
                 elapsed_seconds=elapsed,
                 config=_plain(self.cfg),
             ),

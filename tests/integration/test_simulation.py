@@ -110,19 +110,25 @@ def test_a_diverged_run_stops_with_one_clear_error(tmp_path: Path, cli_env) -> N
 def test_compressed_updates_travel_in_the_bytes_their_encoding_promises(
     tmp_path: Path, cli_env
 ) -> None:
-    """compression.up=st at q = 1/100: the update blobs are the analytic naive bits plus
-    framing, and a round's whole upload is far below the dense models it replaces."""
+    """st at q = 1/100 both ways: the update blobs are the analytic naive bits plus framing,
+    a round's upload is far below the dense models it replaces, and after the first round
+    (the whole model, first contact) the download is the broadcasts."""
     run_dir = tmp_path / "st"
-    args = [*SIM, "num_rounds=2", "compression.up=st", "compression.up.q=0.01"]
+    codecs = ["compression.up=st", "compression.up.q=0.01", "compression.down=st"]
+    args = [*SIM, "num_rounds=3", *codecs, "compression.down.q=0.01"]
     result = run_cli([*args, f"hydra.run.dir={run_dir}"], cli_env)
     assert result.returncode == 0, result.stderr[-3000:]
     model = load_checkpoint(run_dir / "checkpoint.npz").model
-    dense_up = 2 * 4 * sum(v.size for v in model.values())  # two clients, float32
-    for row in _rows(run_dir):
+    dense = 2 * 4 * sum(v.size for v in model.values())  # two clients, float32
+    rows = _rows(run_dir)
+    for row in rows:
         # per client: the tensor count, a length and a kept count per tensor, and per tensor
         # up to two partly filled bytes (positions, signs)
         framing = 2 * (4 * (1 + 2 * len(model)) + 2 * len(model))
         assert int(row["update_bits_naive"]) / 8 <= int(row["update_bytes_up"])
         assert int(row["update_bytes_up"]) <= int(row["update_bits_naive"]) / 8 + framing
-        assert int(row["update_bytes_up"]) < int(row["bytes_up"]) < dense_up / 20
-    assert float(_rows(run_dir)[-1]["test_accuracy"]) > 0.1
+        assert int(row["update_bytes_up"]) < int(row["bytes_up"]) < dense / 20
+    assert int(rows[0]["bytes_down"]) > dense
+    for row in rows[1:]:
+        assert 2 * int(row["broadcast_bytes"]) < int(row["bytes_down"]) < dense / 20
+    assert float(rows[-1]["test_accuracy"]) > 0.1

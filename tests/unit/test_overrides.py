@@ -11,7 +11,7 @@ from fl_system.overrides import mounted_groups, rewrite
 
 
 def test_mounted_groups_come_from_config_yaml() -> None:
-    assert mounted_groups(CONF_DIR) == {"compression.up": "codec"}
+    assert mounted_groups(CONF_DIR) == {"compression.up": "codec", "compression.down": "codec"}
 
 
 def test_the_package_name_selects_an_option_and_values_inside_it_pass() -> None:
