@@ -132,3 +132,26 @@ def test_compressed_updates_travel_in_the_bytes_their_encoding_promises(
     for row in rows[1:]:
         assert 2 * int(row["broadcast_bytes"]) < int(row["bytes_down"]) < dense / 20
     assert float(rows[-1]["test_accuracy"]) > 0.1
+
+
+def test_stragglers_are_the_same_for_every_algorithm(tmp_path: Path, cli_env) -> None:
+    """Budgets drawn per (seed, round, client): FedAvg drops incomplete clients, FedProx trains
+    them for their budget; both meet the same stragglers."""
+    args = [*SIM, "num_clients=4", "num_rounds=3", "train.local_steps=6"]
+    args += ["stragglers.incomplete=0.5", "stragglers.inactive=0.25"]
+    rows = {}
+    for algorithm in ("fedavg", "fedprox"):
+        run_dir = tmp_path / algorithm
+        result = run_cli([*args, f"algorithm={algorithm}", f"hydra.run.dir={run_dir}"], cli_env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        rows[algorithm] = _rows(run_dir)
+    for avg, prox in zip(rows["fedavg"], rows["fedprox"], strict=True):
+        budgets = [int(avg[f"budget_{p}"]) for p in range(4)]
+        assert budgets == [int(prox[f"budget_{p}"]) for p in range(4)]
+        complete, active = budgets.count(6), sum(b > 0 for b in budgets)
+        assert int(avg["participants"]) == complete
+        assert int(prox["participants"]) == active
+        assert int(avg["dropped_incomplete"]) == int(avg["incomplete"]) == active - complete
+        assert int(prox["dropped_incomplete"]) == 0
+    every_budget = [int(r[f"budget_{p}"]) for r in rows["fedprox"] for p in range(4)]
+    assert 0 in every_budget and any(0 < b < 6 for b in every_budget)  # both kinds occurred
