@@ -28,7 +28,7 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
 ) -> None:
     """A run stopped by Ctrl-C and resumed ends exactly where the uninterrupted run with the
     same seed ends; another seed gives another history; every run has its own id."""
-    rounds = 60  # enough that the interrupt lands mid-run even when rounds take 0.1 s
+    rounds = 150  # enough that the interrupt lands mid-run even when rounds take 0.03 s
     straight, broken, other = tmp_path / "straight", tmp_path / "broken", tmp_path / "other"
     args = [*SIM, "partition=dirichlet", "seed=3", f"num_rounds={rounds}"]
     result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env, timeout=400)
