@@ -42,6 +42,7 @@ EFL_WEIGHTED = "efl-v"
 # Per-client settings (server -> client): a ConfigRecord key TRAIN_OVERRIDE + name overrides
 # the run's train.<name> for that message only (e.g. FedGSNR's "train.local_steps").
 TRAIN_OVERRIDE = "train."
+LOCAL_STEPS = f"{TRAIN_OVERRIDE}local_steps"  # a client's own step count (FedGSNR, stragglers)
 
 # Queries the server asks within a round (ClientApp: @app.query(ASK_ACTION)); the config's
 # QUESTION says which one, and the client hook whose `question` matches answers it.

@@ -19,8 +19,6 @@ from fl_system import protocol
 from fl_system.stragglers import round_budget
 from server_app.rounds import RoundPlan
 
-LOCAL_STEPS = f"{protocol.TRAIN_OVERRIDE}local_steps"
-
 
 @dataclass(frozen=True)
 class Stragglers:
@@ -49,7 +47,7 @@ class Stragglers:
         usable = {pid for pid, s in budgets.items() if s == self.steps or (s and partial_work)}
         node_config = {pid: dict(config) for pid, config in plan.node_config.items()}
         for pid in partial & usable:
-            node_config.setdefault(pid, {})[LOCAL_STEPS] = budgets[pid]
+            node_config.setdefault(pid, {})[protocol.LOCAL_STEPS] = budgets[pid]
         metrics = {
             **plan.metrics,
             "inactive": sum(s == 0 for s in budgets.values()),

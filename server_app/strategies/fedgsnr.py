@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 
 STATS_EXCHANGE = "gsnr"  # the label of the statistics exchange in metrics.csv
 LOW_CONTRIBUTION_FACTOR = 0.5  # flag partitions below this share of the median GSNR
-_LOCAL_STEPS = f"{protocol.TRAIN_OVERRIDE}local_steps"  # a client's E_k, in its train message
 
 
 class GsnrSchedule(StepSchedule):
@@ -103,7 +102,7 @@ class GsnrSchedule(StepSchedule):
             node_config={
                 **plan.node_config,
                 **{
-                    pid: {**plan.node_config.get(pid, {}), _LOCAL_STEPS: steps[pid]}
+                    pid: {**plan.node_config.get(pid, {}), protocol.LOCAL_STEPS: steps[pid]}
                     for pid in trained.values()
                 },
             },

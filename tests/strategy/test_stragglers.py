@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from flwr.app import ArrayRecord
 
+from fl_system import protocol
 from fl_system.stragglers import round_budget
-from server_app.stragglers import LOCAL_STEPS, Stragglers
+from server_app.stragglers import Stragglers
 from tests.mock_replies import plan
 
 NODES = {100 + pid: pid for pid in range(40)}
@@ -26,7 +27,7 @@ def test_partial_work_trains_incomplete_clients_for_their_budget() -> None:
     budgets = _budgets(4)
     out = STRAGGLERS.apply(plan(NODES, ArrayRecord(), rnd=4), partial_work=True)
     assert sorted(out.nodes.values()) == [p for p, s in budgets.items() if s > 0]
-    assert {p: c[LOCAL_STEPS] for p, c in out.node_config.items()} == {
+    assert {p: c[protocol.LOCAL_STEPS] for p, c in out.node_config.items()} == {
         p: s for p, s in budgets.items() if 0 < s < 10
     }
     assert out.metrics["inactive"] == sum(s == 0 for s in budgets.values()) > 0
