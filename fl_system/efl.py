@@ -13,7 +13,19 @@ from typing import TypeVar
 
 import numpy as np
 
+from fl_system.codecs import (
+    CodecError,
+    kept_count,
+    pack_uints,
+    packed_size,
+    position_width,
+    top_k,
+    unpack_uints,
+)
+
 T = TypeVar("T")  # np.ndarray or torch.Tensor
+
+FISHER_COMM = ("dense", "fp16", "topk")  # how u, v (up) and U, V (down) travel (spec 2.9)
 
 
 def penalty_gradient(w: T, fisher_sum: T, weighted_sum: T, lam: float) -> T:
@@ -46,3 +58,47 @@ def progress_factor(max_steps: int, steps: int, cap: float | None = None) -> flo
         raise ValueError(f"steps done must be in 1..{max_steps}, got {steps}")
     factor = max_steps / steps
     return min(factor, cap) if cap is not None else factor
+
+
+def encode_fisher(
+    u: np.ndarray, v: np.ndarray, *, comm: str, q: float
+) -> tuple[np.ndarray, np.ndarray, bytes | None]:
+    """(u, v, packed positions) of one tensor as they travel (spec 2.9 `fisher_comm`):
+    dense float32 (the paper; no positions), float16, or `topk`: the k = max(1, floor(q n))
+    largest u with the v at the same positions, float32, positions packed at ceil(log2 n)
+    bits. v is never ternarised: V / U must stay a weighted mean of models."""
+    u = np.asarray(u, dtype=np.float32)
+    v = np.asarray(v, dtype=np.float32)
+    if comm == "dense":
+        return u, v, None
+    if comm == "fp16":
+        return u.astype(np.float16), v.astype(np.float16), None
+    if comm == "topk":
+        kept = top_k(u, kept_count(u.size, q))
+        positions = pack_uints(kept, position_width(u.size))
+        return u.reshape(-1)[kept], v.reshape(-1)[kept], positions
+    raise ValueError(f"fisher_comm must be one of {', '.join(FISHER_COMM)}, got {comm!r}")
+
+
+def decode_fisher(
+    u: np.ndarray, v: np.ndarray, positions: bytes | None, shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dense float32 (u, v) of `shape` from what `encode_fisher` sent; entries not sent are 0.
+    Raises CodecError when the parts do not fit the shape."""
+    n = int(np.prod(shape, dtype=np.int64))
+    u, v = np.asarray(u).reshape(-1), np.asarray(v).reshape(-1)
+    if u.size != v.size:
+        raise CodecError(f"u has {u.size} entries but v has {v.size}")
+    if positions is None:
+        if u.size != n:
+            raise CodecError(f"{u.size} entries sent for a tensor of {n}")
+        return u.astype(np.float32).reshape(shape), v.astype(np.float32).reshape(shape)
+    width = position_width(n)
+    if not 1 <= u.size <= n or len(positions) != packed_size(u.size, width):
+        raise CodecError(f"{u.size} values and {len(positions)} position bytes do not fit {n}")
+    kept = unpack_uints(positions, width, u.size).astype(np.int64)
+    if kept[-1] >= n or (np.diff(kept) <= 0).any():
+        raise CodecError("positions out of range or not increasing")
+    dense_u, dense_v = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    dense_u[kept], dense_v[kept] = u, v
+    return dense_u.reshape(shape), dense_v.reshape(shape)

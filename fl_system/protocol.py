@@ -38,6 +38,14 @@ EFL_FISHER_SUM = "efl-U"
 EFL_WEIGHTED_SUM = "efl-V"
 EFL_FISHER = "efl-u"
 EFL_WEIGHTED = "efl-v"
+# With fisher_comm=topk only the largest entries travel; their packed positions (uint8) go
+# under these keys beside the values (fl_system/fisher_records.py). EFL_FISHER_DUE (config,
+# down): whether the client computes and sends u, v this round (fisher_every).
+EFL_SUM_POSITIONS = "efl-UV-positions"
+EFL_POSITIONS = "efl-uv-positions"
+EFL_FISHER_DUE = "efl-fisher-due"
+EFL_UP = (EFL_FISHER, EFL_WEIGHTED, EFL_POSITIONS)
+EFL_DOWN = (EFL_FISHER_SUM, EFL_WEIGHTED_SUM, EFL_SUM_POSITIONS)
 
 # Per-client settings (server -> client): a ConfigRecord key TRAIN_OVERRIDE + name overrides
 # the run's train.<name> for that message only (e.g. FedGSNR's "train.local_steps").

@@ -10,6 +10,14 @@ Fisher diagonal: mean squared per-sample gradient of the data loss over `fisher_
 examples at its end model) and v = u * w. A straggler (stragglers.incomplete) scales its
 progress by E / s, capped at theta. With lambda = 0 and no stragglers training is FedAvg's,
 bitwise.
+
+`fisher_mode="batch"` replaces the per-sample estimate by the mean over mini-batches of
+B (mini-batch mean gradient)^2 (spec 2.2): one backward per batch instead of per-sample
+gradients, but biased. With per-sample gradients of mean m and variance s^2, a batch of B
+gives s^2 + B m^2 in expectation against the empirical Fisher's s^2 + m^2: it overstates
+every coordinate by (B - 1) m^2, most where the client's examples agree. B = 1 is exact.
+`fisher_comm` / `fisher_q` say how u, v travel (`fl_system/fisher_records`);
+the server's `efl-fisher-due` flag (fisher_every) says whether they are sent this round.
 The server half is `server_app/strategies/efl.py`.
 """
 
@@ -17,17 +25,22 @@ from __future__ import annotations
 
 from logging import INFO
 
+import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import RecordDict
 from flwr.common.logger import log as flwr_log
+from torch import nn
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.per_sample import gradient_moments
 from fl_system import protocol
-from fl_system.efl import penalty_gradient, progress_factor, stable_fisher_sum
+from fl_system.codecs import CodecError
+from fl_system.efl import FISHER_COMM, penalty_gradient, progress_factor, stable_fisher_sum
+from fl_system.fisher_records import fisher_records, read_fisher
 from fl_system.seeding import derive_seed
 
 _FISHER_SEED = 0xF15  # separates the Fisher sample draw from the batches of the round
+FISHER_MODES = ("empirical", "batch")
 
 
 class EflRule(LocalRule):
@@ -40,6 +53,10 @@ class EflRule(LocalRule):
         fisher_samples: int = 256,
         max_steps: int | None = None,
         theta: float | None = None,
+        fisher_mode: str = "empirical",
+        fisher_comm: str = "dense",
+        fisher_q: float = 0.01,
+        batch_size: int = 32,
     ) -> None:
         if isinstance(lam, bool) or not isinstance(lam, int | float) or lam < 0:
             raise ValueError(f"efl lam must be a number >= 0, got {lam!r}")
@@ -48,37 +65,41 @@ class EflRule(LocalRule):
             raise ValueError(f"efl fisher_samples must be an integer >= 1, got {fisher_samples!r}")
         if theta is not None and (isinstance(theta, bool) or not theta >= 1):
             raise ValueError(f"efl theta (the cap on E / s) must be null or >= 1, got {theta!r}")
+        if fisher_mode not in FISHER_MODES:
+            raise ValueError(
+                f"efl fisher_mode must be one of {', '.join(FISHER_MODES)}, got {fisher_mode!r}"
+            )
+        if fisher_comm not in FISHER_COMM:
+            raise ValueError(
+                f"efl fisher_comm must be one of {', '.join(FISHER_COMM)}, got {fisher_comm!r}"
+            )
         self.lam = float(lam)
         self.fisher_samples = fisher_samples
         self.max_steps = max_steps
         self.theta = theta
+        self.fisher_mode, self.fisher_comm, self.fisher_q = fisher_mode, fisher_comm, fisher_q
+        self.batch_size = batch_size
 
     def begin(self, ctx: LocalContext) -> None:
         if self.lam == 0:
             return
-        sums = [
-            ctx.received.array_records.get(k)
-            for k in (protocol.EFL_FISHER_SUM, protocol.EFL_WEIGHTED_SUM)
-        ]
-        if any(record is None for record in sums):
+        shapes = {k: tuple(p.shape) for k, p in ctx.model.named_parameters() if p.requires_grad}
+        try:
+            sums = read_fisher(ctx.received, protocol.EFL_DOWN, shapes)
+        except CodecError as err:
             raise ValueError(
-                f"efl: the train message lacks '{protocol.EFL_FISHER_SUM}' or "
-                f"'{protocol.EFL_WEIGHTED_SUM}' (is the server running the efl strategy?)"
-            )
-        fisher, weighted = sums
+                f"efl: the train message's U, V: {err} (is the server running the efl strategy?)"
+            ) from None
         terms, clipped = [], 0
         for name, p in ctx.model.named_parameters():
-            if not p.requires_grad or name not in fisher:
+            if name not in sums:
                 continue
-            u, n = stable_fisher_sum(fisher[name].numpy(), lr=ctx.lr, lam=self.lam)
+            fisher, weighted = sums[name]
+            u, n = stable_fisher_sum(fisher, lr=ctx.lr, lam=self.lam)
             clipped += n
             as_tensor = {"dtype": p.dtype, "device": p.device}
             terms.append(
-                (
-                    p,
-                    torch.as_tensor(u, **as_tensor),
-                    torch.as_tensor(weighted[name].numpy(), **as_tensor),
-                )
+                (p, torch.as_tensor(u, **as_tensor), torch.as_tensor(weighted, **as_tensor))
             )
         ctx.extras["efl"] = terms
         if clipped:
@@ -93,24 +114,38 @@ class EflRule(LocalRule):
 
     def finish(self, ctx: LocalContext) -> RecordDict:
         assert ctx.data is not None, "the trainer passes the local data"
+        config = ctx.received.config_records.get(protocol.CONFIG, {})
+        due = bool(config.get(protocol.EFL_FISHER_DUE, True))
+        pairs = self._fisher(ctx) if due else {}
+        self._compensate(ctx)
+        if not due:
+            return RecordDict()
+        return fisher_records(pairs, protocol.EFL_UP, comm=self.fisher_comm, q=self.fisher_q)
+
+    def _fisher(self, ctx: LocalContext) -> dict[str, tuple[object, object]]:
+        """{layer: (u, u * w)} at the end model, float32 numpy."""
         named = [(k, p) for k, p in ctx.model.named_parameters() if p.requires_grad]
-        _, second, _ = gradient_moments(
-            ctx.model,
-            *ctx.data,
-            samples=self.fisher_samples,
-            seed=derive_seed(ctx.seed, _FISHER_SEED),
-            device=ctx.device,
-        )
-        fisher, weighted, start = {}, {}, 0
+        seed = derive_seed(ctx.seed, _FISHER_SEED)
+        if self.fisher_mode == "batch":
+            second = batch_fisher(
+                ctx.model,
+                *ctx.data,
+                samples=self.fisher_samples,
+                seed=seed,
+                batch_size=self.batch_size,
+                device=ctx.device,
+            )
+        else:
+            _, second, _ = gradient_moments(
+                ctx.model, *ctx.data, samples=self.fisher_samples, seed=seed, device=ctx.device
+            )
+        pairs, start = {}, 0
         for name, p in named:
             w = p.detach().cpu().numpy()
             u = second[start : start + w.size].reshape(w.shape).astype(w.dtype)
             start += w.size
-            fisher[name], weighted[name] = Array(u), Array(u * w)
-        self._compensate(ctx)
-        return RecordDict(
-            {protocol.EFL_FISHER: ArrayRecord(fisher), protocol.EFL_WEIGHTED: ArrayRecord(weighted)}
-        )
+            pairs[name] = (u, u * w)
+        return pairs
 
     def _compensate(self, ctx: LocalContext) -> None:
         """A straggler that did s of E steps sends w0 + c (w - w0), c = min(E / s, theta), so
@@ -123,3 +158,39 @@ class EflRule(LocalRule):
             for p, start in zip(ctx.model.parameters(), ctx.global_params, strict=True):
                 if p.requires_grad:
                     p.copy_(start + factor * (p - start))
+
+
+def batch_fisher(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    samples: int,
+    seed: int,
+    batch_size: int,
+    device: torch.device | None = None,
+) -> np.ndarray:
+    """fisher_mode="batch": the mean over mini-batches of B_b (mean gradient of batch b)^2,
+    float64, flattened like `gradient_moments`, over the same min(samples, n) examples drawn
+    with `seed` (eval mode, data loss only)."""
+    device = device or torch.device("cpu")
+    s = min(samples, len(x))
+    idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:s]
+    xs = torch.as_tensor(x)[idx].to(device)
+    ys = torch.as_tensor(y, dtype=torch.long)[idx].to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64, device=device)
+    was_training = model.training
+    model.to(device).eval()
+    batches = 0
+    try:
+        for start in range(0, s, batch_size):
+            xb, yb = xs[start : start + batch_size], ys[start : start + batch_size]
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            grads = torch.autograd.grad(loss, params)
+            flat = torch.cat([g.reshape(-1) for g in grads]).double()
+            total += len(xb) * flat * flat
+            batches += 1
+    finally:
+        model.train(was_training)
+    return (total / batches).cpu().numpy()

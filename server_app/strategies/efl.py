@@ -9,8 +9,13 @@ elastic penalty starts inactive. Each round
     w  <- sum_k p_k w_k         p_k: data size over the round's reporters (or an add-on's)
     U, V <- sums of this round's u_k, u_k * w_k (unweighted)
 
-A reply without usable u_k, v_k still contributes its model; it is left out of U and V with a
-warning. The client half is `client_app/algorithms/efl.py`.
+`fisher_comm` (spec 2.9) says how u, v and U, V travel: dense float32 (the paper: EFL then
+moves about twice FedAvg's bytes each way), float16, or the `fisher_q` fraction of largest
+entries with their positions (`fl_system/fisher_records.py`). With `fisher_every` = K the
+clients compute and send u, v only in rounds 1, K + 1, 2K + 1, ... (`protocol.EFL_FISHER_DUE`)
+and U, V stay as those rounds left them. A reply without usable u_k, v_k in such a round
+still contributes its model; it is left out of U and V with a warning. The client half is
+`client_app/algorithms/efl.py`.
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import weighted_average
+from fl_system.codecs import CodecError
+from fl_system.efl import FISHER_COMM
+from fl_system.fisher_records import fisher_records, read_fisher
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.layer_state import LayerState
+from server_app.strategies.layer_state import LayerState, float_layers
 
 log = logging.getLogger(__name__)
 
@@ -36,30 +44,61 @@ class Efl(FederatedStrategy):
 
     partial_work = True  # the client scales partial progress by E / s
 
-    def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        fisher_comm: str = "dense",
+        fisher_q: float = 0.01,
+        fisher_every: int = 1,
+        addons: Sequence[ServerAddon] = (),
+    ) -> None:
         super().__init__(addons=addons)
+        if fisher_comm not in FISHER_COMM:
+            raise ValueError(
+                f"efl fisher_comm must be one of {', '.join(FISHER_COMM)}, got {fisher_comm!r}"
+            )
+        if isinstance(fisher_q, bool) or not isinstance(fisher_q, int | float):
+            raise ValueError(f"efl fisher_q must be a number in (0, 1], got {fisher_q!r}")
+        if not 0 < fisher_q <= 1:
+            raise ValueError(f"efl fisher_q must be in (0, 1], got {fisher_q!r}")
+        if isinstance(fisher_every, bool) or not isinstance(fisher_every, int) or fisher_every < 1:
+            raise ValueError(f"efl fisher_every must be an integer >= 1, got {fisher_every!r}")
+        self.fisher_comm, self.fisher_q, self.fisher_every = fisher_comm, fisher_q, fisher_every
         self.fisher_sum = LayerState("efl/U")
         self.weighted_sum = LayerState("efl/V")
-        self._sent: tuple[ArrayRecord, ArrayRecord] | None = None  # U, V as sent this round
+        self._sent: RecordDict | None = None  # U, V as sent this round
+
+    def fisher_due(self, round_: int) -> bool:
+        """Whether clients send u, v in this round (rounds 1, K + 1, 2K + 1, ...)."""
+        return (round_ - 1) % self.fisher_every == 0
 
     def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
         content = super().node_content(plan, partition_id)
         if self._sent is None:
-            self._sent = (
-                self.fisher_sum.record(plan.arrays),
-                self.weighted_sum.record(plan.arrays),
+            fisher = self.fisher_sum.ensure(plan.arrays)
+            weighted = self.weighted_sum.ensure(plan.arrays)
+            pairs = {k: (fisher[k], weighted[k]) for k in float_layers(plan.arrays)}
+            self._sent = fisher_records(
+                pairs, protocol.EFL_DOWN, comm=self.fisher_comm, q=self.fisher_q
             )
-        content[protocol.EFL_FISHER_SUM], content[protocol.EFL_WEIGHTED_SUM] = self._sent
+        for name, record in self._sent.items():
+            content[name] = record
+        config = dict(content.config_records[protocol.CONFIG])
+        config[protocol.EFL_FISHER_DUE] = self.fisher_due(plan.round)
+        content[protocol.CONFIG] = ConfigRecord(config)
         return content
 
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
         new_model = weighted_average([r.arrays for r in replies], weights)
-        fisher = {k: np.zeros_like(v) for k, v in self.fisher_sum.ensure(plan.arrays).items()}
-        weighted = {k: np.zeros_like(v) for k, v in fisher.items()}
+        if not self.fisher_due(plan.round):
+            return new_model
+        shapes = {k: v.shape for k, v in self.fisher_sum.ensure(plan.arrays).items()}
+        fisher = {k: np.zeros(shape) for k, shape in shapes.items()}
+        weighted = {k: np.zeros(shape) for k, shape in shapes.items()}
         for r in replies:
-            terms, problem = _fisher_terms(r, fisher)
+            terms, problem = _fisher_terms(r, shapes)
             if problem is not None:
                 log.warning(
                     "round %d: partition %d: %s; its model is averaged but U, V go without it",
@@ -94,26 +133,16 @@ class Efl(FederatedStrategy):
 
 
 def _fisher_terms(
-    reply: ClientReply, layers: Mapping[str, np.ndarray]
+    reply: ClientReply, shapes: Mapping[str, tuple[int, ...]]
 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str | None]:
     """{layer: (u_k, u_k * w_k)} as float64, or the reason the reply's cannot be used."""
-    records = [
-        reply.content.array_records.get(k) for k in (protocol.EFL_FISHER, protocol.EFL_WEIGHTED)
-    ]
-    if any(r is None for r in records):
-        return {}, f"reply lacks '{protocol.EFL_FISHER}' or '{protocol.EFL_WEIGHTED}'"
-    fisher, weighted = records
-    if set(fisher.keys()) != set(weighted.keys()):
-        return {}, "u and u * w name different layers"
+    try:
+        terms = read_fisher(reply.content, protocol.EFL_UP, shapes)
+    except CodecError as err:
+        return {}, f"reply's u, v: {err}"
     out = {}
-    for name in fisher:
-        if name not in layers:
-            return {}, f"u has layer '{name}' that the model does not have"
-        u = fisher[name].numpy().astype(np.float64)
-        v = weighted[name].numpy().astype(np.float64)
-        if u.shape != layers[name].shape or v.shape != layers[name].shape:
-            return {}, f"u or u * w of layer '{name}' is not shaped like it"
+    for name, (u, v) in terms.items():
         if not (np.isfinite(u).all() and np.isfinite(v).all()) or (u < 0).any():
             return {}, f"u or u * w of layer '{name}' is not finite, or u < 0"
-        out[name] = (u, v)
+        out[name] = (u.astype(np.float64), v.astype(np.float64))
     return out, None

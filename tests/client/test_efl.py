@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from client_app.algorithms.efl import _FISHER_SEED, EflRule
+from client_app.algorithms.efl import _FISHER_SEED, EflRule, batch_fisher
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.per_sample import gradient_moments
 from client_app.trainer import TrainSettings, train_locally
@@ -113,3 +113,50 @@ def test_a_straggler_scales_its_progress_by_e_over_s() -> None:
     complete, _ = _train(EflRule(lam=0.0, fisher_samples=8, max_steps=2), settings)
     for p, q in zip(plain.parameters(), complete.parameters(), strict=True):
         assert torch.equal(p, q)  # s = E: nothing to compensate
+
+
+def test_batch_fisher_is_the_empirical_fisher_at_batch_size_one_and_biased_above() -> None:
+    """B = 1: per-sample squares exactly; one batch of all s examples: s (mean gradient)^2,
+    which is the per-sample Fisher plus (s - 1) m^2 minus the variance (spec 2.2)."""
+    model = linear_model()
+    x, y = linear_data()
+    mean, second, used = gradient_moments(model, x, y, samples=16, seed=3)
+    per_sample = batch_fisher(model, x, y, samples=16, seed=3, batch_size=1)
+    np.testing.assert_allclose(per_sample, second, rtol=1e-5, atol=1e-9)
+    one_batch = batch_fisher(model, x, y, samples=16, seed=3, batch_size=16)
+    np.testing.assert_allclose(one_batch, used * mean * mean, rtol=1e-5, atol=1e-9)
+
+
+def test_batch_mode_and_topk_shape_the_reply() -> None:
+    settings = TrainSettings(batch_size=8, lr=0.1)
+    rule = EflRule(
+        lam=0.0,
+        fisher_samples=16,
+        fisher_mode="batch",
+        fisher_comm="topk",
+        fisher_q=0.25,
+        batch_size=8,
+    )
+    model, result = _train(rule, settings)
+    records = result.extras.array_records
+    assert set(records) == {protocol.EFL_FISHER, protocol.EFL_WEIGHTED, protocol.EFL_POSITIONS}
+    x, y = linear_data()
+    expected = batch_fisher(
+        model, x, y, samples=16, seed=derive_seed(5, _FISHER_SEED), batch_size=8
+    )
+    weight = expected[:8].astype(np.float32)  # classifier.weight: 2 x 4, k = 2 of 8
+    kept = np.sort(np.argsort(-weight, kind="stable")[:2])
+    sent = records[protocol.EFL_FISHER]["classifier.weight"].numpy()
+    np.testing.assert_allclose(sent, weight[kept], rtol=1e-6)
+    w = model.classifier.weight.detach().numpy().reshape(-1)
+    np.testing.assert_allclose(
+        records[protocol.EFL_WEIGHTED]["classifier.weight"].numpy(),
+        weight[kept] * w[kept],
+        rtol=1e-6,
+    )
+
+
+def test_no_fisher_terms_when_the_server_says_they_are_not_due() -> None:
+    received = RecordDict({protocol.CONFIG: ConfigRecord({protocol.EFL_FISHER_DUE: False})})
+    _, result = _train(EflRule(lam=0.0), TrainSettings(local_steps=1), received)
+    assert not result.extras.array_records

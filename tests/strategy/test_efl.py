@@ -75,7 +75,7 @@ def test_a_reply_without_fisher_terms_counts_for_the_model_only(caplog) -> None:
     with caplog.at_level(logging.WARNING):
         result = aggregate(strategy, replies, arrays=_global())
     np.testing.assert_allclose(result.arrays["w"].numpy(), [2.0, 3.0])
-    assert "partition 1: reply lacks 'efl-u' or 'efl-v'" in caplog.text
+    assert "partition 1: reply's u, v: lacks 'efl-u' or 'efl-v'" in caplog.text
     u, _ = _sent(strategy)
     assert u.tolist() == [0.5, 0.5]
 
@@ -99,3 +99,62 @@ def test_sums_survive_a_checkpoint() -> None:
         assert a.tolist() == b.tolist()
     with pytest.raises(ValueError, match="does not keep state"):
         Efl().load_state_dict({**state, "other/x": np.zeros(1)})
+
+
+def test_fisher_every_keeps_the_sums_between_refresh_rounds() -> None:
+    """fisher_every = 2: round 1 refreshes U, V and says u, v are due; round 2 does not ask
+    for them and keeps U, V even when its reply has no u, v; round 3 refreshes again."""
+    strategy = Efl(fisher_every=2)
+    due = [
+        strategy.node_content(plan({11: 0}, _global(), rnd=r), 0).config_records[protocol.CONFIG][
+            protocol.EFL_FISHER_DUE
+        ]
+        for r in (1, 2, 3)
+    ]
+    assert due == [True, False, True]
+    aggregate(strategy, [_reply(11, 0, 1, [1.0, 2.0], [0.5, 0.25])], arrays=_global())
+    aggregate(strategy, [_reply(12, 1, 1, [1.0, 2.0], None)], arrays=_global(), rnd=2)
+    assert _sent(strategy)[0].tolist() == [0.5, 0.25]
+    aggregate(strategy, [_reply(13, 2, 1, [1.0, 1.0], [2.0, 2.0])], arrays=_global(), rnd=3)
+    assert _sent(strategy)[0].tolist() == [2.0, 2.0]
+
+
+def test_topk_fisher_comm_sends_the_largest_sums_with_positions() -> None:
+    strategy = Efl(fisher_comm="topk", fisher_q=0.5)
+    aggregate(strategy, [_reply(11, 0, 1, [4.0, 2.0], [0.5, 3.0])], arrays=_global())
+    (msg,) = strategy.train_messages(plan({11: 0}, _global(), rnd=2))
+    records = msg.content.array_records
+    assert records[protocol.EFL_FISHER_SUM]["w"].numpy().tolist() == [3.0]
+    assert records[protocol.EFL_WEIGHTED_SUM]["w"].numpy().tolist() == [6.0]
+    assert records[protocol.EFL_SUM_POSITIONS]["w"].numpy().tolist() == [0b1000_0000]
+
+
+def test_a_reply_with_unreadable_topk_positions_is_left_out_of_the_sums(caplog) -> None:
+    one = ArrayRecord({"w": Array(np.array([0.5, 0.25], np.float32))})
+    extra = RecordDict(
+        {
+            protocol.EFL_FISHER: one,
+            protocol.EFL_WEIGHTED: one,
+            protocol.EFL_POSITIONS: ArrayRecord({"w": Array(np.array([255], np.uint8))}),
+        }
+    )
+    arrays = [np.array([1.0, 2.0], np.float32), np.array([7], np.int64)]
+    bad = reply(11, arrays, partition_id=0, num_examples=1, extra=extra)
+    strategy = Efl()
+    with caplog.at_level(logging.WARNING):
+        aggregate(strategy, [bad], arrays=_global())
+    assert "layer 'w': positions out of range or not increasing" in caplog.text
+    assert _sent(strategy)[0].tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"fisher_comm": "zip"}, "efl fisher_comm must be one of dense, fp16, topk, got 'zip'"),
+        ({"fisher_q": 0.0}, r"efl fisher_q must be in \(0, 1\], got 0.0"),
+        ({"fisher_every": 0}, "efl fisher_every must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_server_settings_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Efl(**kwargs)

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from fl_system.efl import penalty_gradient, penalty_value, progress_factor, stable_fisher_sum
+from fl_system.codecs import CodecError
+from fl_system.efl import (
+    decode_fisher,
+    encode_fisher,
+    penalty_gradient,
+    penalty_value,
+    progress_factor,
+    stable_fisher_sum,
+)
 from fl_system.stragglers import persistent_budget, round_budget
 
 RNG = np.random.default_rng(0)
@@ -146,3 +154,51 @@ def test_persistent_budgets_are_fixed_per_client() -> None:
     assert budgets == again
     assert min(budgets) < 20 and max(budgets) == 20  # some always slow, the fast ones capped at E
     assert persistent_budget(seed=1, partition=0, steps=20, sigma=0.0, deadline=12) == 12
+
+
+# ----- fisher_comm: how u, v and U, V travel (spec 2.9) ----------------------------------
+U6 = np.array([0.5, 3.0, 0.0, 2.0, 3.0, 1.0], np.float32)
+V6 = np.array([1.0, -6.0, 0.0, 4.0, 1.5, -1.0], np.float32)
+
+
+def test_dense_fisher_travels_as_float32_unchanged() -> None:
+    u, v, positions = encode_fisher(U6, V6, comm="dense", q=0.5)
+    assert positions is None and u.dtype == np.float32
+    back = decode_fisher(u, v, positions, (2, 3))
+    assert back[0].tolist() == U6.reshape(2, 3).tolist()
+    assert back[1].tolist() == V6.reshape(2, 3).tolist()
+
+
+def test_fp16_fisher_halves_the_bytes() -> None:
+    u, v, positions = encode_fisher(U6, V6, comm="fp16", q=0.5)
+    assert u.dtype == v.dtype == np.float16 and positions is None
+    assert u.nbytes == U6.nbytes // 2
+    assert decode_fisher(u, v, None, (6,))[0].dtype == np.float32
+
+
+def test_topk_fisher_keeps_the_largest_u_with_the_v_at_the_same_positions() -> None:
+    """q = 0.5 of 6 entries: k = 3; the two 3.0 and then 2.0; positions 1, 3, 4 at 3 bits."""
+    u, v, positions = encode_fisher(U6, V6, comm="topk", q=0.5)
+    assert u.tolist() == [3.0, 2.0, 3.0] and v.tolist() == [-6.0, 4.0, 1.5]
+    assert positions == bytes([0b001_011_10, 0b0_0000000])  # 1, 3, 4 in 3 bits each
+    du, dv = decode_fisher(u, v, positions, (6,))
+    assert du.tolist() == [0.0, 3.0, 0.0, 2.0, 3.0, 0.0]
+    assert dv.tolist() == [0.0, -6.0, 0.0, 4.0, 1.5, 0.0]
+    # ties go to the lower position, and k >= 1 however small q is
+    u, _, positions = encode_fisher(U6, V6, comm="topk", q=0.01)
+    assert u.tolist() == [3.0] and positions == bytes([0b001_00000])
+
+
+@pytest.mark.parametrize(
+    "u,v,positions,problem",
+    [
+        ([1.0, 2.0], [1.0], None, "u has 2 entries but v has 1"),
+        ([1.0, 2.0], [1.0, 2.0], None, "2 entries sent for a tensor of 6"),
+        ([1.0], [1.0], bytes([0b111_00000]), "positions out of range"),
+        ([1.0, 2.0], [1.0, 2.0], bytes([0b011_001_00]), "not increasing"),
+        ([1.0], [1.0], bytes(2), "do not fit"),
+    ],
+)
+def test_a_fisher_message_that_does_not_fit_is_refused(u, v, positions, problem) -> None:
+    with pytest.raises(CodecError, match=problem):
+        decode_fisher(np.array(u, np.float32), np.array(v, np.float32), positions, (6,))
