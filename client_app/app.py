@@ -25,12 +25,13 @@ from torch import nn
 from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model, receive_model
-from client_app.local_data import NodeIdentity, local_training_data
+from client_app.local_data import NodeIdentity, local_test_data, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol, wire
 from fl_system.compression import Compression
 from fl_system.devices import apply_thread_limit, resolve_device
+from fl_system.evaluation import evaluate
 from fl_system.experiment import (
     build,
     build_client_addons,
@@ -177,6 +178,8 @@ def train(msg: Message, context: Context) -> Message:
     got = _open(msg, context)
     cfg, node = got.cfg, got.node
     rule = _rule_factory(got.config_json)()
+    scoring = bool(got.config.get(protocol.EVAL_LOCAL, False))
+    test = local_test_data(cfg, node) if scoring else None
     result = train_locally(
         got.model,
         *got.data,
@@ -186,6 +189,7 @@ def train(msg: Message, context: Context) -> Message:
         device=resolve_device(node.device),
         received=got.received,
         state=got.state,
+        evaluate_on=test,
     )
     metrics = MetricRecord(
         {
@@ -196,6 +200,8 @@ def train(msg: Message, context: Context) -> Message:
             protocol.COMPUTE_SECONDS: result.seconds,
         }
     )
+    if test is not None:
+        metrics.update(_scores(result.local_eval, len(test[1])))
     for hook in _hooks(got.config_json, rule):
         metrics.update(hook.reply_metrics(got.data, got.config))
     compression = _compression(got.config_json)
@@ -216,6 +222,28 @@ def train(msg: Message, context: Context) -> Message:
     for name, record in result.extras.items():
         content[name] = record
     return Message(wire.pack(content), reply_to=msg)
+
+
+@app.evaluate()
+def evaluate_locally(msg: Message, context: Context) -> Message:
+    """Per-client evaluation (client_eval.enabled): the received global model's score on this
+    client's local test split."""
+    got = _open(msg, context)
+    x, y = local_test_data(got.cfg, got.node)
+    scored = evaluate(got.model, x, y, device=resolve_device(got.node.device)) if len(y) else None
+    metrics = MetricRecord(
+        {protocol.PARTITION_ID: got.node.partition_id, **_scores(scored, len(y))}
+    )
+    return Message(wire.pack(RecordDict({protocol.METRICS: metrics})), reply_to=msg)
+
+
+def _scores(scored: tuple[float, float] | None, examples: int) -> dict[str, float | int]:
+    accuracy, loss = scored if scored is not None else (0.0, 0.0)
+    return {
+        protocol.CLIENT_ACCURACY: float(accuracy),
+        protocol.CLIENT_LOSS: float(loss),
+        protocol.CLIENT_TEST_EXAMPLES: examples if scored is not None else 0,
+    }
 
 
 def _settings(cfg: DictConfig, config: ConfigRecord) -> TrainSettings:

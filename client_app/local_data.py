@@ -7,13 +7,16 @@ from pathlib import Path
 
 import numpy as np
 from flwr.app import Context
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from client_app.state import default_state_root
 from fl_system.data.corruption import corrupt
+from fl_system.data.local_split import stratified_split
 from fl_system.data.node_dir import load_node_dir
 from fl_system.data.partition_cache import cached_partition, default_cache_root
 from fl_system.seeding import derive_seed
+
+_SPLIT_SEED = 0x5B1  # separates the local train/test split from other per-partition draws
 
 
 @dataclass(frozen=True)
@@ -49,9 +52,13 @@ class NodeIdentity:
 
 
 def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
-    """The node's own directory if it has one, else its (cached) partition of the dataset;
-    corrupted when the run names this partition in `clients.corrupt.ids`."""
+    """The node's own directory if it has one, else its (cached) partition of the dataset,
+    less its local test split when `client_eval.enabled`; corrupted when the run names this
+    partition in `clients.corrupt.ids`."""
     x, y = _own_or_partition(cfg, node)
+    if OmegaConf.select(cfg, "client_eval.enabled", default=False):
+        train, _ = _local_split(cfg, node, y)
+        x, y = x[train], y[train]
     corrupted = cfg.clients.corrupt
     if node.partition_id in corrupted.ids:
         return corrupt(
@@ -63,6 +70,19 @@ def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray
             seed=derive_seed(int(cfg.seed), node.partition_id),
         )
     return x, y
+
+
+def local_test_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
+    """The node's held-out share (`client_eval.test_fraction`, stratified by label), never
+    trained on and never corrupted: what per-client evaluation scores models on."""
+    x, y = _own_or_partition(cfg, node)
+    _, test = _local_split(cfg, node, y)
+    return x[test], y[test]
+
+
+def _local_split(cfg: DictConfig, node: NodeIdentity, y: np.ndarray):
+    seed = derive_seed(int(cfg.seed), node.partition_id, _SPLIT_SEED)
+    return stratified_split(y, float(cfg.client_eval.test_fraction), seed)
 
 
 def _own_or_partition(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ from torch import nn
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.state import ClientState
+from fl_system.evaluation import evaluate
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class TrainResult:
     steps: int
     seconds: float
     extras: RecordDict
+    local_eval: tuple[float, float] | None = None  # (accuracy, loss) after the local steps
 
 
 def batches(n: int, settings: TrainSettings, generator: torch.Generator):
@@ -65,8 +67,11 @@ def train_locally(
     device: torch.device,
     received: RecordDict | None = None,
     state: ClientState | None = None,
+    evaluate_on: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> TrainResult:
-    """Train `model` in place on (x, y) and return what the reply needs.
+    """Train `model` in place on (x, y) and return what the reply needs; with `evaluate_on`,
+    also the model's score there after the local steps (before the rule's `finish`, which
+    may rescale a straggler's progress).
 
     `model` must expose `features` and `classifier` (every model in fl_system.models does).
     """
@@ -113,6 +118,10 @@ def train_locally(
         ctx.steps += 1
         rule.after_step(ctx)
         total_loss += float(loss.detach())
+    scored = None
+    if evaluate_on is not None and len(evaluate_on[1]):
+        scored = evaluate(model, *evaluate_on, device=device)
+        model.to(device).train()
     extras = rule.finish(ctx)
     model.to("cpu")
     return TrainResult(
@@ -121,4 +130,5 @@ def train_locally(
         steps=ctx.steps,
         seconds=time.perf_counter() - start,
         extras=extras,
+        local_eval=scored,
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch import nn
@@ -24,3 +27,16 @@ def evaluate(
         correct += int((logits.argmax(dim=1) == yb).sum())
     model.to("cpu")
     return correct / len(x), loss / len(x)
+
+
+WORST_SHARE = 0.1  # "worst decile": the mean of the lowest-scoring 10 % of clients
+
+
+def client_accuracy_summary(accuracies: Sequence[float]) -> tuple[float, float]:
+    """(mean, worst-decile mean) of per-client accuracies, every client weighing the same;
+    the worst decile is the mean of the ceil(10 %) lowest, at least one client."""
+    if not accuracies:
+        raise ValueError("no client accuracies to summarise")
+    ordered = sorted(accuracies)
+    worst = ordered[: max(1, math.ceil(WORST_SHARE * len(ordered)))]
+    return sum(ordered) / len(ordered), sum(worst) / len(worst)

@@ -77,6 +77,15 @@ DOWN_UPDATES = "down-updates"
 # A reply the server could not read (a truncated or out-of-range update): REASON says why.
 REJECTED = "rejected"
 
+# Per-client evaluation (client_eval.enabled): EVAL_LOCAL (config, train message) asks the
+# client to score its model after local training on its local test split; evaluate messages
+# score the global model there. Either reply carries CLIENT_ACCURACY, CLIENT_LOSS and
+# CLIENT_TEST_EXAMPLES (0: no test data; the server leaves it out).
+EVAL_LOCAL = "eval-local"
+CLIENT_ACCURACY = "client-accuracy"
+CLIENT_LOSS = "client-loss"
+CLIENT_TEST_EXAMPLES = "client-test-examples"
+
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE_ACTION = "handshake"  # ClientApp: @app.query(HANDSHAKE_ACTION)
 HANDSHAKE = f"query.{HANDSHAKE_ACTION}"

@@ -174,6 +174,16 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
         summary["other_bytes_up"] = summary["bytes_up"] - summary["update_bytes_up"]
         for bits in ("update_bits_naive", "update_bits_golomb"):
             summary[bits] = sum(_count(r.get(bits)) for r in rows)
+    for kind in ("global", "local"):  # client_eval: BMTA (best mean) and the last mean
+        scored = [
+            (_count(r.get("round")), acc)
+            for r in rows
+            if (acc := _number(r.get(f"client_acc_{kind}"))) is not None
+        ]
+        if scored:
+            best = max(scored, key=lambda item: item[1])
+            summary[f"bmta_{kind}"], summary[f"bmta_{kind}_round"] = best[1], best[0]
+            summary[f"final_client_acc_{kind}"] = scored[-1][1]
     if target_accuracy is not None:
         hit = next((item for item in evaluated if item[1] >= target_accuracy), None)
         if hit is not None:

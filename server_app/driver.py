@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,9 +42,10 @@ from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.seeding import derive_seed
 from server_app import stragglers
+from server_app.client_eval import ClientEvaluation
 from server_app.compression import UpdateTally, expand_replies
 from server_app.downlink import Downlink
-from server_app.exchange import exchange
+from server_app.exchange import Traffic, exchange
 from server_app.nodes import NodeRegistry
 from server_app.rounds import ClientFailure, RoundPlan, RoundResult
 from server_app.strategies.base import FederatedStrategy
@@ -87,6 +88,7 @@ class RoundDriver:
         down = build_compression(cfg, "down")
         self.downlink = Downlink(down, seed=int(cfg.seed)) if down is not None else None
         self.stragglers = stragglers.from_config(cfg)
+        self.client_eval = ClientEvaluation.from_config(cfg)
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
         self.nodes = NodeRegistry(
@@ -137,6 +139,8 @@ class RoundDriver:
                 model.load_state_dict(arrays.to_torch_state_dict())
                 last_eval = evaluate(model, data.x_test, data.y_test, device=self.device)
                 row["test_accuracy"], row["test_loss"] = last_eval
+            if self.client_eval is not None and self.client_eval.due(rnd):
+                row.update(self._evaluate_on_clients(rnd, arrays))
             elapsed = elapsed_before + time.monotonic() - started
             row["wall_seconds"] = round(elapsed, 3)
             self.metrics.append(row)
@@ -162,10 +166,11 @@ class RoundDriver:
         nodes = self.nodes.refresh(timeout=cfg.round_timeout)
         node_of = {pid: node for node, pid in nodes.items()}
         chosen = sample_partitions(cfg, rnd, list(node_of))
+        scoring = self.client_eval.train_config(rnd) if self.client_eval is not None else {}
         plan = RoundPlan(
             round=rnd,
             arrays=arrays,
-            config=ConfigRecord({protocol.SERVER_ROUND: rnd}),
+            config=ConfigRecord({protocol.SERVER_ROUND: rnd, **scoring}),
             nodes={node_of[pid]: pid for pid in chosen},
         )
         if self.stragglers is not None:
@@ -173,7 +178,7 @@ class RoundDriver:
             if not plan.nodes:  # nobody can work this round: the model stays as it is
                 log.warning("round %d: every sampled client is inactive or dropped", rnd)
                 return arrays, {"round": rnd, "participants": 0, **plan.metrics}
-        result, tallies, timed_out = self._exchanges(plan)
+        result, tallies, timed_out, replies = self._exchanges(plan)
         if result.arrays is None or result.participants < (cfg.min_clients or 1):
             reasons = _grouped(result.failures)
             raise RunFailed(
@@ -204,15 +209,21 @@ class RoundDriver:
                 row[f"bytes_down_{label}"] = t.bytes_down
                 row[f"seconds_{label}"] = round(t.seconds, 3)
         row.update(broadcast)
+        if scoring:
+            row.update(self.client_eval.local_columns(replies))
         row.update({k: v for k, v in result.metrics.items() if not isinstance(v, list)})
         return arrays, row
 
-    def _exchanges(self, plan: RoundPlan) -> tuple[RoundResult, dict[str, _Tally], int]:
-        """Run the strategy's round: its result, traffic per exchange label, nodes timed out."""
+    def _exchanges(
+        self, plan: RoundPlan
+    ) -> tuple[RoundResult, dict[str, _Tally], int, list[Message]]:
+        """Run the strategy's round: its result, traffic per exchange label, nodes timed out,
+        and every reply of the round."""
         deadline = time.monotonic() + self.cfg.round_timeout
         steps = self.strategy.round(plan)
         tallies: dict[str, _Tally] = {}
         timed_out = 0
+        replies: list[Message] = []
         try:
             step = next(steps)
             while True:
@@ -243,9 +254,25 @@ class RoundDriver:
                 tally.bytes_up += traffic.bytes_up
                 tally.bytes_down += traffic.bytes_down
                 tally.seconds += time.monotonic() - start
+                replies.extend(traffic.replies)
                 step = steps.send(traffic.replies)
         except StopIteration as done:
-            return done.value, tallies, timed_out
+            return done.value, tallies, timed_out, replies
+
+    def _evaluate_on_clients(self, rnd: int, arrays: ArrayRecord) -> dict:
+        """client_eval: the global model scored on every connected client's test split."""
+
+        def send(messages: list[Message], nodes: dict[int, int]) -> Traffic:
+            if self.downlink is not None:
+                messages = self.downlink.outgoing(messages, nodes, arrays)
+            traffic = exchange(self.grid, messages, timeout=self.cfg.round_timeout)
+            if self.downlink is not None:
+                self.downlink.confirm(traffic.replies)
+            return traffic
+
+        assert self.client_eval is not None
+        nodes = self.nodes.refresh(timeout=self.cfg.round_timeout)
+        return self.client_eval.global_columns(rnd, arrays, nodes, send)
 
     # ----- run directory -------------------------------------------------------------------
     def _restore(self, arrays: ArrayRecord) -> tuple[ArrayRecord, int, float]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
+from client_app.local_data import NodeIdentity, local_test_data, local_training_data
 from fl_system.checkpoint import load_checkpoint
+from fl_system.evaluation import evaluate
+from fl_system.experiment import build_model
 from fl_system.launch.processes import alive
 from fl_system.results import MetricsLog
 from tests.integration.conftest import QUICK, interrupt_when, run_cli
@@ -155,3 +160,40 @@ def test_stragglers_are_the_same_for_every_algorithm(tmp_path: Path, cli_env) ->
         assert int(prox["dropped_incomplete"]) == 0
     every_budget = [int(r[f"budget_{p}"]) for r in rows["fedprox"] for p in range(4)]
     assert 0 in every_budget and any(0 < b < 6 for b in every_budget)  # both kinds occurred
+
+
+def test_clients_score_the_global_and_their_local_models_on_their_own_test_split(
+    tmp_path: Path, cli_env
+) -> None:
+    """client_eval: every client scores the global model on its held-out 20 %, each trainer
+    its own model after local steps; the last round's mean equals scoring the checkpointed
+    global model on every client's local test split here."""
+    run_dir = tmp_path / "client-eval"
+    args = [*SIM, "num_clients=3", "num_rounds=2", "algorithm=efl", "client_eval.enabled=true"]
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cli_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = _rows(run_dir)
+    for row in rows:
+        assert int(row["client_eval_clients"]) == 3
+        assert 0 <= float(row["client_acc_global_worst10"]) <= float(row["client_acc_global"])
+        assert 0 <= float(row["client_acc_local_worst10"]) <= float(row["client_acc_local"]) <= 1
+        assert int(row["client_eval_bytes_down"]) > 0
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    model = build_model(cfg)
+    model.load_state_dict(
+        {
+            k: torch.as_tensor(v)
+            for k, v in load_checkpoint(run_dir / "checkpoint.npz").model.items()
+        }
+    )
+    scores = []
+    for pid in range(3):
+        node = NodeIdentity(partition_id=pid, num_partitions=3, cache_dir=str(tmp_path / "c"))
+        x, y = local_test_data(cfg, node)
+        train_x, _ = local_training_data(cfg, node)
+        assert len(y) > 0 and abs(len(y) / (len(y) + len(train_x)) - 0.2) < 0.02
+        scores.append(evaluate(model, x, y, device=torch.device("cpu"))[0])
+    assert float(rows[-1]["client_acc_global"]) == pytest.approx(np.mean(scores), abs=1e-9)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["bmta_global"] == max(float(r["client_acc_global"]) for r in rows)
+    assert summary["bmta_local"] == max(float(r["client_acc_local"]) for r in rows)
