@@ -55,6 +55,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train.weight_decay": (_non_negative_number, "a number >= 0"),
     "stragglers.incomplete": (_probability, "a probability in [0, 1]"),
     "stragglers.inactive": (_probability, "a probability in [0, 1]"),
+    "compression.server_apply": (
+        lambda v: v in ("recommended", "full"),
+        "recommended or full",
+    ),
     "client_eval.enabled": (lambda v: isinstance(v, bool), "true or false"),
     "client_eval.test_fraction": (
         lambda v: _positive_number(v) and v < 1,

@@ -14,6 +14,11 @@ A message that carries the global model is sent, per client, as
     counted as sent),
   - the whole model otherwise (first contact, too far behind, or after an error).
 Every such message carries the version (`protocol.MODEL_VERSION`).
+
+`server_apply="full"` is the paper's literal Eq. 6 (spec 2.7), kept to show its flaw: the
+server's own model moves by the whole Delta^G = w - held + R, residual included, while the
+clients apply C(Delta^G); each residual is then counted twice and the server's model drifts
+from the one clients train. Clients still hold `held`; only what the server evaluates differs.
 A client holds a version once it has answered a message that brought it there. Integer
 tensors (counters) always travel dense. Messages with any other model (a strategy's own
 per-client copies) are sent as they are.
@@ -32,13 +37,28 @@ from fl_system.seeding import derive_seed
 
 _DOWN_SEED = 0xD0E  # the seed of a stochastic codec's rounding, per round
 _PREFIX = "downlink/"
+SERVER_APPLY = ("recommended", "full")
 
 
 class Downlink:
     """The server's side: the held model, its residual, versions and recent broadcasts."""
 
-    def __init__(self, compression: Compression, *, seed: int, history: int = 16) -> None:
+    def __init__(
+        self,
+        compression: Compression,
+        *,
+        seed: int,
+        history: int = 16,
+        server_apply: str = "recommended",
+    ) -> None:
+        if server_apply not in SERVER_APPLY:
+            raise ValueError(
+                f"compression.server_apply must be one of {', '.join(SERVER_APPLY)}, "
+                f"got {server_apply!r}"
+            )
         self.compression = compression
+        self.full = server_apply == "full"
+        self.server_model: dict[str, np.ndarray] | None = None  # server_apply=full only
         self.seed = seed
         self.history = history
         self.held: dict[str, np.ndarray] | None = None  # float tensors, by name
@@ -56,6 +76,8 @@ class Downlink:
                 for k, a in zip(arrays.keys(), arrays.to_numpy_ndarrays(), strict=True)
                 if is_compressed(a)
             }
+        if self.full and self.server_model is None:
+            self.server_model = {k: v.copy() for k, v in self.held.items()}
 
     # ----- sending -------------------------------------------------------------------------
     def outgoing(
@@ -119,15 +141,27 @@ class Downlink:
         target = dict(zip(new_arrays.keys(), new_arrays.to_numpy_ndarrays(), strict=True))
         delta = [target[k].astype(np.float32) - self.held[k] for k in names]
         rng = np.random.default_rng(derive_seed(self.seed, server_round, _DOWN_SEED))
-        blob, decoded, self.residual = self.compression.encode(delta, self.residual, rng)
-        for k, d in zip(names, decoded, strict=True):
+        carried = self.residual if self.compression.error_feedback else None
+        blob, decoded, self.residual = self.compression.encode(delta, carried, rng)
+        for i, (k, d) in enumerate(zip(names, decoded, strict=True)):
             self.held[k] = self.held[k] + d
+            if self.server_model is not None:  # the literal form: all of Delta^G
+                self.server_model[k] = (
+                    self.server_model[k] + delta[i] + (carried[i] if carried is not None else 0.0)
+                )
         self.version += 1
         self.broadcasts[self.version] = blob
         self.broadcasts.pop(self.version - self.history, None)
         self._pending.clear()
         out = {k: Array(self.held.get(k, v)) for k, v in target.items()}
         return ArrayRecord(out), int(blob.size)
+
+    def evaluated(self, arrays: ArrayRecord) -> ArrayRecord:
+        """The model the server evaluates: `arrays` (what clients hold), or under
+        server_apply=full its own literal model."""
+        if self.server_model is None:
+            return arrays
+        return ArrayRecord({k: Array(self.server_model.get(k, arrays[k].numpy())) for k in arrays})
 
     # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -137,20 +171,33 @@ class Downlink:
             state[f"{_PREFIX}residual/{i}"] = r
         for v, blob in self.broadcasts.items():
             state[f"{_PREFIX}broadcast/{v}"] = blob
+        for k, w in (self.server_model or {}).items():
+            state[f"{_PREFIX}server/{k}"] = w
         return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray], arrays: ArrayRecord) -> None:
         """Restore with the checkpointed global model, which is `held`."""
-        self.held = None
+        self.held = self.server_model = None
         self.start(arrays)
+        head = f"{_PREFIX}server/"
+        if self.full and any(k.startswith(head) for k in state):
+            self.server_model = {
+                k[len(head) :]: np.asarray(v, np.float32)
+                for k, v in state.items()
+                if k.startswith(head)
+            }
         self.version = int(state[f"{_PREFIX}version"][0])
         self.synced = {int(p): int(v) for p, v in state[f"{_PREFIX}synced"]}
         residual = sorted(
-            (int(k.rsplit("/", 1)[1]), v) for k, v in state.items() if "/residual/" in k
+            (int(k.rsplit("/", 1)[1]), v)
+            for k, v in state.items()
+            if k.startswith(f"{_PREFIX}residual/")
         )
         self.residual = [v for _, v in residual] or None
         self.broadcasts = {
-            int(k.rsplit("/", 1)[1]): v for k, v in state.items() if "/broadcast/" in k
+            int(k.rsplit("/", 1)[1]): v
+            for k, v in state.items()
+            if k.startswith(f"{_PREFIX}broadcast/")
         }
 
     @staticmethod

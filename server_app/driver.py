@@ -86,7 +86,17 @@ class RoundDriver:
         self.strategy: FederatedStrategy = build_strategy(cfg)
         self.compression = build_compression(cfg)
         down = build_compression(cfg, "down")
-        self.downlink = Downlink(down, seed=int(cfg.seed)) if down is not None else None
+        self.downlink = (
+            Downlink(
+                down,
+                seed=int(cfg.seed),
+                server_apply=str(
+                    OmegaConf.select(cfg, "compression.server_apply") or "recommended"
+                ),
+            )
+            if down is not None
+            else None
+        )
         self.stragglers = stragglers.from_config(cfg)
         self.client_eval = ClientEvaluation.from_config(cfg)
         self.device = resolve_device(cfg.server.device)
@@ -136,7 +146,8 @@ class RoundDriver:
             t0 = time.monotonic()
             arrays, row = self._round(rnd, arrays)
             if rnd % cfg.eval_every == 0 or rnd == cfg.num_rounds:
-                model.load_state_dict(arrays.to_torch_state_dict())
+                scored = self.downlink.evaluated(arrays) if self.downlink else arrays
+                model.load_state_dict(scored.to_torch_state_dict())
                 last_eval = evaluate(model, data.x_test, data.y_test, device=self.device)
                 row["test_accuracy"], row["test_loss"] = last_eval
             if self.client_eval is not None and self.client_eval.due(rnd):

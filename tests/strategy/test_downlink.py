@@ -20,7 +20,7 @@ from flwr.app import (
 from client_app.compression import receive_model
 from client_app.state import ClientState
 from fl_system import protocol
-from fl_system.codecs import SparseTernary
+from fl_system.codecs import SparseTernary, TopK
 from fl_system.compression import Compression
 from server_app.downlink import Downlink
 
@@ -158,3 +158,31 @@ def test_the_downlink_survives_a_checkpoint(tmp_path: Path) -> None:
     assert restored.version == 1 and restored.synced == {0: 0}
     new = random_model()
     assert same(downlink.commit(new, 2)[0], restored.commit(new, 2)[0])
+
+
+def test_server_apply_full_counts_the_residual_twice() -> None:
+    """Top-1 of 2 entries (spec 2.7): the literal server model moves by all of
+    Delta^G = w - held + R while clients apply top-1 of it.
+    Round 1: w = [3, 1]: Delta = [3, 1], sent [3, 0], R = [0, 1]; held = [3, 0],
+    server [3, 1]. Round 2: w = held: Delta = [0, 1], sent [0, 1], R = 0; held = [3, 1],
+    server [3, 2]: the residual went in twice. The recommended form evaluates held."""
+    start = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
+    downlinks = {
+        mode: Downlink(Compression(TopK(q=0.5)), seed=0, server_apply=mode)
+        for mode in ("recommended", "full")
+    }
+    for d in downlinks.values():
+        d.start(start)
+    for d in downlinks.values():
+        held, _ = d.commit(ArrayRecord({"w": Array(np.array([3.0, 1.0], np.float32))}), 1)
+        assert held["w"].numpy().tolist() == [3.0, 0.0]
+        held, _ = d.commit(held, 2)
+        assert held["w"].numpy().tolist() == [3.0, 1.0]
+    full, recommended = downlinks["full"], downlinks["recommended"]
+    assert full.evaluated(held)["w"].numpy().tolist() == [3.0, 2.0]
+    assert recommended.evaluated(held) is held
+    restored = Downlink(Compression(TopK(q=0.5)), seed=0, server_apply="full")
+    restored.load_state_dict(full.state_dict(), held)
+    assert restored.evaluated(held)["w"].numpy().tolist() == [3.0, 2.0]
+    with pytest.raises(ValueError, match=r"compression\.server_apply must be one of recommended"):
+        Downlink(COMPRESSION, seed=0, server_apply="literal")
