@@ -54,6 +54,27 @@ def _error_lines(stderr: str) -> list[str]:
             "compression.up: levels must be an integer >= 1, got 0",
         ),
         (["compression.up=zip"], "compression.up=zip: no such option; choose one of fp16, none"),
+        (["algorithm=efl", "algorithm.lam=-1"], "efl lam must be a number >= 0, got -1"),
+        (
+            ["algorithm=efl", "algorithm.fisher_comm=zip"],
+            "efl fisher_comm must be one of dense, fp16, topk, got 'zip'",
+        ),
+        (
+            ["train.local_steps=5", "stragglers.incomplete=1.5"],
+            "stragglers.incomplete must be a probability in [0, 1], got 1.5",
+        ),
+        (
+            ["train.local_steps=5", "stragglers.inactive=-0.1"],
+            "stragglers.inactive must be a probability in [0, 1], got -0.1",
+        ),
+        (
+            ["client_eval.enabled=true", "client_eval.test_fraction=1"],
+            "client_eval.test_fraction must be a number in (0, 1), got 1",
+        ),
+        (
+            ["compression.down=st", "compression.server_apply=literal"],
+            "compression.server_apply must be recommended or full, got 'literal'",
+        ),
     ],
 )
 def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> None:
