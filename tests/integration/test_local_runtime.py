@@ -1,8 +1,8 @@
 """runtime=local: a real SuperLink and SuperNodes over gRPC, started by the CLI.
 
 Starting a federation per run is slow, so only FedGSNR (FedAvg with a statistics exchange
-before training) runs here; every other algorithm runs over gRPC on one shared hand-started
-federation in test_algorithms_grpc.py.
+before training) and EFL with compression both ways run here; every other algorithm runs
+over gRPC on one shared hand-started federation in test_algorithms_grpc.py.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fl_system.checkpoint import load_checkpoint
+from fl_system.codecs import kept_count, packed_size, position_width
 from fl_system.launch.processes import alive
 from fl_system.results import MetricsLog
 from tests.integration.conftest import QUICK, check_two_round_run, interrupt_when, run_cli
@@ -65,3 +67,38 @@ def test_sigterm_mid_run_leaves_no_process(tmp_path: Path, cli_env: dict[str, st
     assert stopped.returncode == 143
     assert "terminated" in stopped.stderr
     assert [pid for pid in stopped.process_tree if alive(pid)] == []
+
+
+FRAMING = 5000  # bytes a reply carries beyond its encoded arrays (about 3.9 kB measured)
+
+
+def test_efl_with_sparse_ternary_both_ways_moves_a_fraction_of_dense_bytes(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """EFL over gRPC with st at q = 1/100 up and down and top-k u, v (fisher_comm=topk): in
+    round 2 each reply carries the ST update (spec 2.9's naive bits) and the k largest u with
+    their v (two float32 and a packed position each) and its framing, so the bytes up are
+    below dense FedAvg's 32 bits per parameter per client by that ratio (more than 15x); so
+    are the bytes down (one broadcast, U and V), the clients being in sync after round 1."""
+    run_dir = tmp_path / "run"
+    q = 0.01
+    codecs = [f"compression.{d}{s}" for d in ("up", "down") for s in ("=st", f".q={q}")]
+    efl = ["algorithm=efl", "algorithm.fisher_comm=topk", f"algorithm.fisher_q={q}"]
+    result = run_cli([*efl, *codecs, *QUICK, "num_rounds=2", f"hydra.run.dir={run_dir}"], cli_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [(r["participants"], r["failures"]) for r in rows] == [("2", "0")] * 2
+    model = load_checkpoint(run_dir / "checkpoint.npz").model
+    dense = 2 * sum(4 * v.size for v in model.values())  # FedAvg: two float32 models a way
+    fisher = 2 * sum(  # per client: k values of u and of v, k positions
+        8 * kept_count(v.size, q) + packed_size(kept_count(v.size, q), position_width(v.size))
+        for v in model.values()
+    )
+    row = rows[1]
+    payload = int(row["update_bits_naive"]) / 8 + fisher
+    expected = dense / (payload + 2 * FRAMING)
+    assert expected > 15  # about 33 on the payload alone, for the digits MLP
+    framing = int(row["bytes_up"]) - int(row["update_bytes_up"]) - fisher
+    assert 0 < framing < 2 * FRAMING  # records, layouts, metrics, Flower's object headers
+    assert dense / int(row["bytes_up"]) > expected
+    assert dense / int(row["bytes_down"]) > expected
