@@ -1,4 +1,5 @@
-"""A SCAFFOLD client whose SuperNode is restarted continues from its saved control variate."""
+"""A SCAFFOLD client whose SuperNode is restarted continues from its saved control variate and
+its compression residual (compression.up=st with error feedback)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.integration.conftest import QUICK, HandStartedFederation, run_cli
 
 pytestmark = pytest.mark.integration
 
-ARGS = [*QUICK, "algorithm=scaffold"]
+ARGS = [*QUICK, "algorithm=scaffold", "compression.up=st", "compression.up.q=0.1"]
 
 
 def test_restarted_supernode_keeps_its_c_i(tmp_path: Path, cli_env: dict[str, str]) -> None:
@@ -48,7 +49,8 @@ def test_restarted_supernode_keeps_its_c_i(tmp_path: Path, cli_env: dict[str, st
 
     restarted_log = (tmp_path / "supernode-0-restarted.log").read_text()
     assert "restored client state 'scaffold-c-i'" in restarted_log
-    # Had c_0 been lost (reset to zero), the model after round 4 would differ.
+    assert "restored client state 'compression-up-residual'" in restarted_log
+    # Had c_0 or the residual been lost (reset to zero), the model after round 4 would differ.
     a = load_checkpoint(reference / "checkpoint.npz")
     b = load_checkpoint(run_dir / "checkpoint.npz")
     assert a.round == b.round == 4
