@@ -167,12 +167,21 @@ def test_clients_score_the_global_and_their_local_models_on_their_own_test_split
 ) -> None:
     """client_eval: every client scores the global model on its held-out 20 %, each trainer
     its own model after local steps; the last round's mean equals scoring the checkpointed
-    global model on every client's local test split here."""
-    run_dir = tmp_path / "client-eval"
-    args = [*SIM, "num_clients=3", "num_rounds=2", "algorithm=efl", "client_eval.enabled=true"]
-    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cli_env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    global model on every client's local test split here. On the way: EFL with lambda = 0
+    (no stragglers, no compression) is FedAvg bitwise."""
+    args = [*SIM, "num_clients=3", "num_rounds=2", "client_eval.enabled=true"]
+    for name, algorithm in (("fedavg", ["algorithm=fedavg"]), ("efl", ["algorithm=efl"])):
+        lam = ["algorithm.lam=0"] if name == "efl" else []
+        result = run_cli([*args, *algorithm, *lam, f"hydra.run.dir={tmp_path / name}"], cli_env)
+        assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "efl"
+    fedavg = load_checkpoint(tmp_path / "fedavg" / "checkpoint.npz").model
+    for key, value in load_checkpoint(run_dir / "checkpoint.npz").model.items():
+        assert np.array_equal(value, fedavg[key]), key
     rows = _rows(run_dir)
+    for efl_row, fedavg_row in zip(rows, _rows(tmp_path / "fedavg"), strict=True):
+        for column in ("train_loss", "test_accuracy", "client_acc_global", "client_acc_local"):
+            assert efl_row[column] == fedavg_row[column]
     for row in rows:
         assert int(row["client_eval_clients"]) == 3
         assert 0 <= float(row["client_acc_global_worst10"]) <= float(row["client_acc_global"])
