@@ -41,14 +41,29 @@ def penalty_value(
     return float(0.5 * lam * np.sum(fisher_sum * w * w) - lam * np.sum(weighted_sum * w))
 
 
-def stable_fisher_sum(fisher_sum: np.ndarray, *, lr: float, lam: float) -> tuple[np.ndarray, int]:
-    """(U clamped to 1 / (lr lambda), entries clamped). Plain SGD on the penalty diverges once
-    lr lambda U_j > 2 (spec 6.4); the clamp keeps every coordinate's step a contraction."""
+def stable_sums(
+    fisher_sum: np.ndarray, weighted_sum: np.ndarray, *, lr: float, lam: float
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(U, V, entries clamped) with U clamped to 1 / (lr lambda) and V scaled alike.
+
+    Plain SGD on the penalty diverges once lr lambda U_j > 2 (spec 6.4); the clamp keeps every
+    coordinate's step a contraction. Clamping U alone would move the penalty's fixed point
+    V_j / U_j (the Fisher-weighted mean of the clients' models) out by U_j / limit, which
+    diverges as surely; scaling V_j by the same factor keeps the point and weakens the pull.
+    """
     if lam <= 0 or lr <= 0:
-        return fisher_sum, 0
+        return fisher_sum, weighted_sum, 0
     limit = 1.0 / (lr * lam)
-    clipped = int(np.count_nonzero(fisher_sum > limit))
-    return np.minimum(fisher_sum, limit).astype(fisher_sum.dtype, copy=False), clipped
+    over = fisher_sum > limit
+    clipped = int(np.count_nonzero(over))
+    if not clipped:
+        return fisher_sum, weighted_sum, 0
+    scale = np.where(over, limit / np.where(over, fisher_sum, 1.0), 1.0)
+    return (
+        (fisher_sum * scale).astype(fisher_sum.dtype, copy=False),
+        (weighted_sum * scale).astype(weighted_sum.dtype, copy=False),
+        clipped,
+    )
 
 
 def progress_factor(max_steps: int, steps: int, cap: float | None = None) -> float:

@@ -4,12 +4,12 @@ the Fisher diagonal.
 Every local step adds lambda (U * w - V) to the gradient of the data loss, where U and V
 are the server's sums over last round's reporters of their Fisher diagonals u_i and of
 u_i * w_i (`fl_system.efl`): parameters that were informative for other clients are held
-near where those clients left them. U is clamped to 1 / (lr lambda) so that plain SGD on the
-penalty cannot diverge (spec 6.4). After training the client sends its own u (the empirical
-Fisher diagonal: mean squared per-sample gradient of the data loss over `fisher_samples`
-examples at its end model) and v = u * w. A straggler (stragglers.incomplete) scales its
-progress by E / s, capped at theta. With lambda = 0 and no stragglers training is FedAvg's,
-bitwise.
+near where those clients left them. U is clamped to 1 / (lr lambda), V scaled with it, so
+that plain SGD on the penalty cannot diverge (spec 6.4). After training the client sends its
+own u (the empirical Fisher diagonal: mean squared per-sample gradient of the data loss
+over `fisher_samples` examples at its end model) and v = u * w. A straggler
+(stragglers.incomplete) scales its progress by E / s, capped at theta. With lambda = 0 and
+no stragglers training is FedAvg's, bitwise.
 
 `fisher_mode="batch"` replaces the per-sample estimate by the mean over mini-batches of
 B (mini-batch mean gradient)^2 (spec 2.2): one backward per batch instead of per-sample
@@ -35,7 +35,7 @@ from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.per_sample import gradient_moments
 from fl_system import protocol
 from fl_system.codecs import CodecError
-from fl_system.efl import FISHER_COMM, penalty_gradient, progress_factor, stable_fisher_sum
+from fl_system.efl import FISHER_COMM, penalty_gradient, progress_factor, stable_sums
 from fl_system.fisher_records import fisher_records, read_fisher
 from fl_system.seeding import derive_seed
 
@@ -95,15 +95,15 @@ class EflRule(LocalRule):
             if name not in sums:
                 continue
             fisher, weighted = sums[name]
-            u, n = stable_fisher_sum(fisher, lr=ctx.lr, lam=self.lam)
+            u, v, n = stable_sums(fisher, weighted, lr=ctx.lr, lam=self.lam)
             clipped += n
             as_tensor = {"dtype": p.dtype, "device": p.device}
-            terms.append(
-                (p, torch.as_tensor(u, **as_tensor), torch.as_tensor(weighted, **as_tensor))
-            )
+            terms.append((p, torch.as_tensor(u, **as_tensor), torch.as_tensor(v, **as_tensor)))
         ctx.extras["efl"] = terms
         if clipped:
-            flwr_log(INFO, "efl: %d entries of U clamped to 1 / (lr lambda)", clipped)
+            flwr_log(
+                INFO, "efl: %d entries of U clamped to 1 / (lr lambda), V scaled alike", clipped
+            )
 
     def before_step(self, ctx: LocalContext) -> None:
         if self.lam == 0:

@@ -14,7 +14,7 @@ from fl_system.efl import (
     penalty_gradient,
     penalty_value,
     progress_factor,
-    stable_fisher_sum,
+    stable_sums,
 )
 from fl_system.stragglers import persistent_budget, round_budget
 
@@ -55,13 +55,27 @@ def test_penalty_pulls_each_coordinate_to_the_fisher_weighted_mean_of_client_mod
     assert penalty_gradient(centre, fisher, weighted, 0.7).tolist() == [0.0, 0.0, 0.0]
 
 
-def test_the_fisher_sum_is_clamped_where_sgd_on_the_penalty_would_diverge() -> None:
+def test_the_sums_are_clamped_where_sgd_on_the_penalty_would_diverge() -> None:
+    """Limit 1 / (0.05 * 0.2) = 100: U = 250 becomes 100 and V = 500 becomes 200, so the pull
+    still points at V / U = 2 (the Fisher-weighted mean of the models)."""
     fisher = np.array([0.5, 10.0, 250.0, 0.0], dtype=np.float32)
-    clamped, clipped = stable_fisher_sum(fisher, lr=0.05, lam=0.2)  # limit 1 / 0.01 = 100
-    assert clamped.tolist() == [0.5, 10.0, 100.0, 0.0]
+    weighted = np.array([1.0, -5.0, 500.0, 3.0], dtype=np.float32)
+    u, v, clipped = stable_sums(fisher, weighted, lr=0.05, lam=0.2)
+    assert u.tolist() == [0.5, 10.0, 100.0, 0.0]
+    assert v.tolist() == [1.0, -5.0, 200.0, 3.0]
     assert clipped == 1
-    assert clamped.dtype == np.float32
-    assert stable_fisher_sum(fisher, lr=0.05, lam=0.0)[1] == 0  # no penalty: nothing to guard
+    assert u.dtype == v.dtype == np.float32
+    assert stable_sums(fisher, weighted, lr=0.05, lam=0.0)[2] == 0  # no penalty: no guard
+
+
+def test_clamped_sgd_on_the_penalty_settles_at_the_weighted_mean() -> None:
+    """lr lambda U = 250 x 0.01 = 2.5 would diverge; clamped, 50 steps reach V / U."""
+    fisher, weighted = np.array([250.0]), np.array([500.0])
+    u, v, _ = stable_sums(fisher, weighted, lr=0.05, lam=0.2)
+    w = np.array([-3.0])
+    for _ in range(50):
+        w = w - 0.05 * penalty_gradient(w, u, v, 0.2)
+    assert w.tolist() == pytest.approx([2.0])
 
 
 def test_progress_factor_is_e_over_s_with_an_optional_cap() -> None:
