@@ -56,14 +56,17 @@ def generate_synthetic(
     mean_w = rng.normal(0, alpha, num_users)
     mean_b = mean_w
     b_shift = rng.normal(0, beta, num_users)
-    cov_x = np.diag(np.power(np.arange(1, dimension + 1, dtype=np.float64), -1.2))
+    # Sigma is diagonal (Sigma_jj = j^-1.2): independent normals scaled by its root, which is
+    # multivariate_normal's distribution without its SVD (LAPACK in a simulation's server
+    # thread has hung in OpenBLAS's thread pool)
+    std_x = np.power(np.arange(1, dimension + 1, dtype=np.float64), -0.6)
     mean_x = np.stack([rng.normal(b_shift[k], 1, dimension) for k in range(num_users)])
 
     xs, ys = [], []
     for k in range(num_users):
         w = rng.normal(mean_w[k], 1, (dimension, num_classes))
         b = rng.normal(mean_b[k], 1, num_classes)
-        xx = rng.multivariate_normal(mean_x[k], cov_x, int(sizes[k]))
+        xx = mean_x[k] + rng.standard_normal((int(sizes[k]), dimension)) * std_x
         xs.append(xx)
         ys.append(np.argmax(_softmax(xx @ w + b), axis=1))
     return SyntheticUsers(
