@@ -21,7 +21,7 @@ stratified by label; BMTA-global is the best over rounds of the mean over all 30
 the global model's accuracy on their held-out data; BMTA-local the same for each round's
 trainers scoring their own model after local steps (spec 5).
 
-    python benchmarks/efl_reproduction.py [--seeds 0 1 2] [--rounds 100] [--lams 1 100]
+    python benchmarks/efl_reproduction.py [--seeds 0 1 2] [--rounds 100] [--lams 0.1 1 10]
         [--xs 0.5 0.9] [--datasets mnist synthetic]
 """
 
@@ -369,7 +369,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--lams", type=float, nargs="+", default=[1.0, 100.0])
+    parser.add_argument("--lams", type=float, nargs="+", default=[0.1, 1.0, 10.0])
     parser.add_argument("--xs", type=float, nargs="+", default=[0.5, 0.9])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--notes", type=Path, help="a Markdown file appended to the report")
