@@ -174,6 +174,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
         summary["other_bytes_up"] = summary["bytes_up"] - summary["update_bytes_up"]
         for bits in ("update_bits_naive", "update_bits_golomb"):
             summary[bits] = sum(_count(r.get(bits)) for r in rows)
+    if rows and "broadcast_bytes" in rows[0]:  # compression.down: the broadcasts' share
+        for column in ("broadcast_bytes", "broadcast_bits_naive", "broadcast_bits_golomb"):
+            summary[column] = sum(_count(r.get(column)) for r in rows)
     for kind in ("global", "local"):  # client_eval: BMTA (best mean) and the last mean
         scored = [
             (_count(r.get("round")), acc)

@@ -201,7 +201,14 @@ class RoundDriver:
         broadcast: dict[str, int] = {}
         if self.downlink is not None:  # the new model as the clients will hold it
             arrays, size = self.downlink.commit(result.arrays, rnd)
-            broadcast = {"broadcast_bytes": size}
+            shapes = [held.shape for held in (self.downlink.held or {}).values()]
+            broadcast = {
+                "broadcast_bytes": size,  # spec 2.9's analytic bits of one broadcast beside it
+                "broadcast_bits_naive": round(self.downlink.compression.analytic_bits(shapes)),
+                "broadcast_bits_golomb": round(
+                    self.downlink.compression.analytic_bits(shapes, golomb=True)
+                ),
+            }
         handshake_up, handshake_down = self.nodes.take_handshake_bytes()
         row: dict = {
             "round": rnd,

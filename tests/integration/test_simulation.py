@@ -136,6 +136,11 @@ def test_compressed_updates_travel_in_the_bytes_their_encoding_promises(
     assert int(rows[0]["bytes_down"]) > dense
     for row in rows[1:]:
         assert 2 * int(row["broadcast_bytes"]) < int(row["bytes_down"]) < dense / 20
+    one = framing // 2  # a broadcast is one blob: its analytic bits plus the same framing
+    for row in rows:
+        bits = int(row["broadcast_bits_naive"])
+        assert bits / 8 <= int(row["broadcast_bytes"]) <= bits / 8 + one
+        assert int(row["broadcast_bits_golomb"]) < bits
     assert float(rows[-1]["test_accuracy"]) > 0.1
 
 
