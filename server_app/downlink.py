@@ -8,11 +8,13 @@ holds, exactly (spec 2.7's recommended form).
 
 A message that carries the global model is sent, per client, as
   - the broadcasts since the version it holds (none if it holds the current one, e.g. after
-    FedGSNR's query earlier in the round; at most `history` of them), keyed by the version
-    each one makes: the client applies those past the version it holds, in order, and
-    reaches `held` bit for bit (spec 2.9 "download catch-up": what makes it correct,
-    counted as sent),
+    FedGSNR's query earlier in the round), keyed by the version each one makes: the client
+    applies those past the version it holds, in order, and reaches `held` bit for bit (spec
+    2.9 "download catch-up": what makes it correct, counted as sent),
   - the whole model otherwise (first contact, too far behind, or after an error).
+The server keeps the newest broadcasts while together they weigh no more than the float
+model sent whole (or the last `history` of them), so a catch-up never costs more than
+sending the model.
 Every such message carries the version (`protocol.MODEL_VERSION`).
 
 `server_apply="full"` is the paper's literal Eq. 6 (spec 2.7), kept to show its flaw: the
@@ -48,7 +50,7 @@ class Downlink:
         compression: Compression,
         *,
         seed: int,
-        history: int = 16,
+        history: int | None = None,
         server_apply: str = "recommended",
     ) -> None:
         if server_apply not in SERVER_APPLY:
@@ -151,7 +153,7 @@ class Downlink:
                 )
         self.version += 1
         self.broadcasts[self.version] = blob
-        self.broadcasts.pop(self.version - self.history, None)
+        self._prune()
         self._pending.clear()
         out = {k: Array(self.held.get(k, v)) for k, v in target.items()}
         return ArrayRecord(out), int(blob.size)
@@ -162,6 +164,19 @@ class Downlink:
         if self.server_model is None:
             return arrays
         return ArrayRecord({k: Array(self.server_model.get(k, arrays[k].numpy())) for k in arrays})
+
+    def _prune(self) -> None:
+        """Drop the oldest broadcasts beyond `history`, or beyond one whole float model's
+        bytes: a client further behind gets the model itself, which is cheaper."""
+        if self.history is not None:
+            self.broadcasts.pop(self.version - self.history, None)
+            return
+        budget = 4 * sum(h.size for h in (self.held or {}).values())
+        total = sum(b.size for b in self.broadcasts.values())
+        for version in sorted(self.broadcasts):
+            if total <= budget:
+                break
+            total -= self.broadcasts.pop(version).size
 
     # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

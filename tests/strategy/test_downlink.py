@@ -186,3 +186,17 @@ def test_server_apply_full_counts_the_residual_twice() -> None:
     assert restored.evaluated(held)["w"].numpy().tolist() == [3.0, 2.0]
     with pytest.raises(ValueError, match=r"compression\.server_apply must be one of recommended"):
         Downlink(COMPRESSION, seed=0, server_apply="literal")
+
+
+def test_broadcasts_are_kept_while_together_they_weigh_less_than_the_model() -> None:
+    downlink = Downlink(COMPRESSION, seed=0)
+    global_model = random_model()
+    downlink.start(global_model)
+    sizes = []
+    for rnd in range(1, 13):
+        global_model, size = downlink.commit(random_model(), rnd)
+        sizes.append(size)
+    dense = 4 * (20 + 5)  # w and b as float32; the integer counter always travels dense
+    kept = len(downlink.broadcasts)
+    assert sorted(downlink.broadcasts) == list(range(13 - kept, 13))
+    assert sum(sizes[-kept:]) <= dense < sum(sizes[-kept - 1 :])
