@@ -116,13 +116,13 @@ class EflRule(LocalRule):
         assert ctx.data is not None, "the trainer passes the local data"
         config = ctx.received.config_records.get(protocol.CONFIG, {})
         due = bool(config.get(protocol.EFL_FISHER_DUE, True))
-        pairs = self._fisher(ctx) if due else {}
+        pairs = self._fisher(ctx) if due else None  # at the weights reached, before scaling
         self._compensate(ctx)
-        if not due:
+        if pairs is None:
             return RecordDict()
         return fisher_records(pairs, protocol.EFL_UP, comm=self.fisher_comm, q=self.fisher_q)
 
-    def _fisher(self, ctx: LocalContext) -> dict[str, tuple[object, object]]:
+    def _fisher(self, ctx: LocalContext) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """{layer: (u, u * w)} at the end model, float32 numpy."""
         named = [(k, p) for k, p in ctx.model.named_parameters() if p.requires_grad]
         seed = derive_seed(ctx.seed, _FISHER_SEED)
