@@ -161,7 +161,7 @@ def mb(values: Sequence[float | None]) -> str:
     if any(v is None for v in values):
         return f"not reached ({sum(v is None for v in values)}/{len(values)} seeds)"
     mean, std = mean_std([v / 1e6 for v in values if v is not None])
-    return f"{mean:.3g} ± {std:.2g}"
+    return f"{mean:.2f} ± {std:.2f}"
 
 
 def factor(dense: Sequence[float], other: Sequence[float]) -> float:
