@@ -46,6 +46,7 @@ from reproduction import (
     machine_line,
     mean_std,
     pct,
+    report_text,
     saved_runs,
     significance,
 )
@@ -330,9 +331,7 @@ def render(ctx: Context, outcomes: Sequence[RunOutcome], plot: Path) -> str:
             "(log scale), up and down separately, one row per q; dense FedAvg in every panel.",
         ],
     ]
-    if ctx.args.notes:
-        sections.append(ctx.args.notes.read_text().splitlines())
-    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+    return report_text(sections, ctx.args.notes)
 
 
 def write_plot(ctx: Context, outcomes: Sequence[RunOutcome], path: Path) -> None:

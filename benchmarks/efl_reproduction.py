@@ -49,6 +49,7 @@ from reproduction import (
     find,
     machine_line,
     pct,
+    report_text,
     saved_runs,
     significance,
     write_curves,
@@ -341,9 +342,7 @@ def render(ctx: Context, outcomes: Sequence[RunOutcome], plot: Path) -> str:
             "and straggler share.",
         ],
     ]
-    if ctx.args.notes:
-        sections.append(ctx.args.notes.read_text().splitlines())
-    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+    return report_text(sections, ctx.args.notes)
 
 
 def write_plot(ctx: Context, outcomes: Sequence[RunOutcome], path: Path) -> None:

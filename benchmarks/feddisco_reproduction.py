@@ -54,6 +54,7 @@ from reproduction import (
     pct,
     pct1,
     project,
+    report_text,
     same_start,
     signed_list,
     significance,
@@ -577,7 +578,7 @@ def render_report(ctx: Context, outcomes: Sequence[RunOutcome], plot: Path) -> s
     )
     sections.append(sweep_section(ctx, outcomes))
     sections.append(findings_section(ctx, outcomes))
-    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+    return report_text(sections)
 
 
 def write_plot(outcomes: Sequence[RunOutcome], args: argparse.Namespace, path: Path) -> None:

@@ -52,6 +52,7 @@ from reproduction import (
     mean_std,
     pct,
     project,
+    report_text,
     same_start,
     saved_runs,
     start_state,
@@ -502,9 +503,7 @@ def render(ctx: Context, outcomes: Sequence[RunOutcome], plot: Path) -> str:
             "line: the target.",
         ],
     ]
-    if ctx.args.notes:
-        sections.append(ctx.args.notes.read_text().splitlines())
-    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+    return report_text(sections, ctx.args.notes)
 
 
 def write_plot(ctx: Context, outcomes: Sequence[RunOutcome], path: Path) -> None:

@@ -409,6 +409,15 @@ def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
+def report_text(sections: Sequence[Sequence[str]], notes: Path | None = None) -> str:
+    """The report: non-empty sections (lists of lines) separated by a blank line, and the
+    Markdown file `notes` (if given) appended as the last section."""
+    parts = [list(s) for s in sections if s]
+    if notes:
+        parts.append(notes.read_text().splitlines())
+    return "\n\n".join("\n".join(s) for s in parts) + "\n"
+
+
 # ----- plots ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Curve:

@@ -246,14 +246,9 @@ class RoundDriver:
             step = next(steps)
             while True:
                 start = time.monotonic()
-                sending = (
-                    self.downlink.outgoing(step.messages, plan.nodes, plan.arrays)
-                    if self.downlink is not None
-                    else step.messages
+                traffic = self._send(
+                    step.messages, plan.nodes, plan.arrays, max(deadline - start, 0.0)
                 )
-                traffic = exchange(self.grid, sending, timeout=max(deadline - start, 0.0))
-                if self.downlink is not None:
-                    self.downlink.confirm(traffic.replies)
                 answered = {r.metadata.src_node_id for r in traffic.replies}
                 for m in step.messages:
                     if m.metadata.dst_node_id not in answered:
@@ -280,17 +275,30 @@ class RoundDriver:
     def _evaluate_on_clients(self, rnd: int, arrays: ArrayRecord) -> dict:
         """client_eval: the global model scored on every connected client's test split."""
 
-        def send(messages: list[Message], nodes: dict[int, int]) -> Traffic:
-            if self.downlink is not None:
-                messages = self.downlink.outgoing(messages, nodes, arrays)
-            traffic = exchange(self.grid, messages, timeout=self.cfg.round_timeout)
-            if self.downlink is not None:
-                self.downlink.confirm(traffic.replies)
-            return traffic
-
         assert self.client_eval is not None
         nodes = self.nodes.refresh(timeout=self.cfg.round_timeout)
-        return self.client_eval.global_columns(rnd, arrays, nodes, send)
+        return self.client_eval.global_columns(
+            rnd,
+            arrays,
+            nodes,
+            lambda messages, to: self._send(messages, to, arrays, self.cfg.round_timeout),
+        )
+
+    def _send(
+        self,
+        messages: list[Message],
+        nodes: dict[int, int],
+        global_arrays: ArrayRecord,
+        timeout: float,
+    ) -> Traffic:
+        """One exchange; under compression.down the global model travels as broadcasts and
+        the clients that answered are known to hold it."""
+        if self.downlink is not None:
+            messages = self.downlink.outgoing(messages, nodes, global_arrays)
+        traffic = exchange(self.grid, messages, timeout=timeout)
+        if self.downlink is not None:
+            self.downlink.confirm(traffic.replies)
+        return traffic
 
     # ----- run directory -------------------------------------------------------------------
     def _restore(self, arrays: ArrayRecord) -> tuple[ArrayRecord, int, float]:
