@@ -44,6 +44,7 @@ from reproduction import (
     Panel,
     RunOutcome,
     RunSpec,
+    difference,
     execute,
     execute_all,
     find,
@@ -130,8 +131,9 @@ def phase2(args: argparse.Namespace, best: dict[str, str]) -> list[RunSpec]:
 
 
 # ----- reading runs -----------------------------------------------------------------------
-def final(o: RunOutcome) -> float:
-    return statistics.fmean(o.accuracies[-FINAL_EVALS:])
+def final(o: RunOutcome) -> float | None:
+    """Mean of the last evaluations; None for a run that diverged (the tables say so)."""
+    return None if o.diverged_round is not None else statistics.fmean(o.accuracies[-FINAL_EVALS:])
 
 
 def best_of(o: RunOutcome, column: str) -> float | None:
@@ -163,14 +165,15 @@ def runs(outcomes, dataset: str, arm: str, x: float, seeds: Sequence[int]) -> li
 
 
 def best_lambda(outcomes, dataset: str, args: argparse.Namespace) -> str:
-    """The EFL arm (lambda > 0) with the highest mean final central accuracy at x = 0."""
+    """The EFL arm (lambda > 0) with the highest mean final central accuracy at x = 0; an arm
+    with a diverged seed ranks last."""
     arms = [f"efl:{lam:g}" for lam in args.lams]
-    return max(
-        arms,
-        key=lambda a: statistics.fmean(
-            final(o) for o in runs(outcomes, dataset, a, 0.0, args.seeds)
-        ),
-    )
+
+    def score(arm: str) -> float:
+        finals = [final(o) for o in runs(outcomes, dataset, arm, 0.0, args.seeds)]
+        return -math.inf if None in finals else statistics.fmean(finals)
+
+    return max(arms, key=score)
 
 
 def label(arm: str) -> str:
@@ -247,9 +250,13 @@ def lambda_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         same = all(same_history(a, b) for a, b in zip(base, zero, strict=True))
         lines += [
             f"- {LABELS[d]}: {label(best)} - EFL λ = 0: "
-            + significance([final(a) - final(b) for a, b in zip(tuned, zero, strict=True)]),
+            + significance(
+                [difference(final(a), final(b)) for a, b in zip(tuned, zero, strict=True)]
+            ),
             f"- {LABELS[d]}: {label(best)} - FedAvg: "
-            + significance([final(a) - final(b) for a, b in zip(tuned, base, strict=True)]),
+            + significance(
+                [difference(final(a), final(b)) for a, b in zip(tuned, base, strict=True)]
+            ),
             f"- {LABELS[d]}: EFL λ = 0 and FedAvg give the same accuracy and losses every "
             f"round in every seed: **{'yes' if same else 'no'}**",
         ]
@@ -294,7 +301,7 @@ def straggler_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]
         for x in (0.0, *args.xs):
             tuned = runs(outcomes, d, ctx.best[d], x, args.seeds)
             base = runs(outcomes, d, "fedavg", x, args.seeds)
-            gains = [final(a) - final(b) for a, b in zip(tuned, base, strict=True)]
+            gains = [difference(final(a), final(b)) for a, b in zip(tuned, base, strict=True)]
             lines.append(f"- {LABELS[d]}, x = {x:g}: {significance(gains)}")
     return lines
 

@@ -124,10 +124,11 @@ class RunOutcome:
 
 # ----- fl-run subprocesses ----------------------------------------------------------------
 def read_metrics(
-    path: Path, rounds: int, *, exact: bool = True, eval_every: int = 1
+    path: Path, rounds: int, *, exact: bool = True, eval_every: int = 1, finished: bool = True
 ) -> list[dict[str, str]]:
     """The run's rows: `rounds` of them (`exact`), or at most that many (a target stop);
-    every `eval_every`-th round and the last carry a test accuracy."""
+    every `eval_every`-th round carries a test accuracy, and so does the last of a run that
+    finished (a diverged run's last saved round is only evaluated if it was due)."""
     if not path.exists():
         if rounds == 0:
             return []
@@ -136,7 +137,7 @@ def read_metrics(
         rows = list(csv.DictReader(handle))
     if (len(rows) != rounds) if exact else not 1 <= len(rows) <= rounds:
         raise BenchmarkError(f"{path} has {len(rows)} rounds, expected {rounds}")
-    due = [r for i, r in enumerate(rows, 1) if i % eval_every == 0 or i == len(rows)]
+    due = [r for i, r in enumerate(rows, 1) if i % eval_every == 0 or (finished and i == len(rows))]
     if any(not r.get("test_accuracy") for r in due):
         raise BenchmarkError(
             f"{path} lacks a test accuracy in some round (eval_every={eval_every})"
@@ -181,6 +182,7 @@ def execute(
             spec.rounds if diverged is None else diverged - 1,
             exact=exact_rounds or diverged is not None,
             eval_every=eval_every,
+            finished=diverged is None,
         )
     except BenchmarkError as err:
         raise BenchmarkError(f"{spec.name} failed (run directory kept: {run_dir})\n{err}") from None
