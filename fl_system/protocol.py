@@ -44,6 +44,7 @@ EFL_WEIGHTED = "efl-v"
 EFL_SUM_POSITIONS = "efl-UV-positions"
 EFL_POSITIONS = "efl-uv-positions"
 EFL_FISHER_DUE = "efl-fisher-due"
+EFL_PENALTY = "efl-penalty"  # metric (up): the penalty at the client's end model, less Z
 EFL_UP = (EFL_FISHER, EFL_WEIGHTED, EFL_POSITIONS)
 EFL_DOWN = (EFL_FISHER_SUM, EFL_WEIGHTED_SUM, EFL_SUM_POSITIONS)
 

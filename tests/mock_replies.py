@@ -20,8 +20,10 @@ def reply(
     num_examples: int,
     train_loss: float = 0.0,
     extra: RecordDict | None = None,
+    metrics: Mapping[str, float] | None = None,
 ) -> Message:
-    """A successful train reply from `node_id` carrying `arrays` and the standard metrics."""
+    """A successful train reply from `node_id` carrying `arrays`, the standard metrics and
+    `metrics`."""
     sent = Message(
         RecordDict({protocol.CONFIG: ConfigRecord({protocol.SERVER_ROUND: 1})}),
         dst_node_id=node_id,
@@ -35,6 +37,7 @@ def reply(
                     protocol.PARTITION_ID: partition_id,
                     protocol.NUM_EXAMPLES: num_examples,
                     protocol.TRAIN_LOSS: train_loss,
+                    **(metrics or {}),
                 }
             ),
         }

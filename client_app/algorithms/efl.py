@@ -27,15 +27,22 @@ from logging import INFO
 
 import numpy as np
 import torch
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 from flwr.common.logger import log as flwr_log
 from torch import nn
 
+from client_app.addons import LocalData
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.per_sample import gradient_moments
 from fl_system import protocol
 from fl_system.codecs import CodecError
-from fl_system.efl import FISHER_COMM, penalty_gradient, progress_factor, stable_sums
+from fl_system.efl import (
+    FISHER_COMM,
+    penalty_gradient,
+    penalty_value,
+    progress_factor,
+    stable_sums,
+)
 from fl_system.fisher_records import fisher_records, read_fisher
 from fl_system.seeding import derive_seed
 
@@ -79,6 +86,7 @@ class EflRule(LocalRule):
         self.theta = theta
         self.fisher_mode, self.fisher_comm, self.fisher_q = fisher_mode, fisher_comm, fisher_q
         self.batch_size = batch_size
+        self._penalty: float | None = None  # at the end model, for the reply's metrics
 
     def begin(self, ctx: LocalContext) -> None:
         if self.lam == 0:
@@ -117,10 +125,20 @@ class EflRule(LocalRule):
         config = ctx.received.config_records.get(protocol.CONFIG, {})
         due = bool(config.get(protocol.EFL_FISHER_DUE, True))
         pairs = self._fisher(ctx) if due else None  # at the weights reached, before scaling
+        if self.lam > 0:
+            self._penalty = sum(
+                penalty_value(p.detach().cpu().numpy(), u.cpu().numpy(), v.cpu().numpy(), self.lam)
+                for p, u, v in ctx.extras["efl"]
+            )
         self._compensate(ctx)
         if pairs is None:
             return RecordDict()
         return fisher_records(pairs, protocol.EFL_UP, comm=self.fisher_comm, q=self.fisher_q)
+
+    def reply_metrics(self, data: LocalData, config: ConfigRecord) -> dict[str, float]:
+        """The penalty (U, V as clamped) at the end model: 0.5 lam sum(U w^2) - lam sum(V w),
+        less its constant, so its changes over rounds carry meaning, not its sign."""
+        return {} if self._penalty is None else {protocol.EFL_PENALTY: self._penalty}
 
     def _fisher(self, ctx: LocalContext) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """{layer: (u, u * w)} at the end model, float32 numpy."""

@@ -99,7 +99,7 @@ class FederatedStrategy:
         weights = self.aggregation_weights(ok)
         new_arrays = self.aggregate(plan, ok, weights)
         metrics = {
-            "train_loss": _weighted_mean(ok, protocol.TRAIN_LOSS),
+            "train_loss": reply_mean(ok, protocol.TRAIN_LOSS),
             **{f"weight_{r.partition_id}": float(w) for r, w in zip(ok, weights, strict=True)},
             **plan.metrics,
             **self.round_metrics(plan, ok, weights),
@@ -162,7 +162,9 @@ class FederatedStrategy:
             raise ValueError(f"{type(self).__name__} does not keep state {unknown}")
 
 
-def _weighted_mean(replies: list[ClientReply], key: str) -> float:
+def reply_mean(replies: list[ClientReply], key: str) -> float:
+    """The data-size-weighted mean of a reply metric over the replies that carry it (NaN if
+    none does)."""
     pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
     total = sum(n for n, _ in pairs)
     return sum(n * v for n, v in pairs) / total if total else float("nan")

@@ -33,7 +33,7 @@ from fl_system.efl import FISHER_COMM
 from fl_system.fisher_records import fisher_records, read_fisher
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState, reply_mean
 from server_app.strategies.layer_state import LayerState, float_layers
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,10 @@ class Efl(FederatedStrategy):
     def round_metrics(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> dict[str, float]:
-        return {"efl_fisher_sum_norm": self.fisher_sum.norm()}
+        metrics = {"efl_fisher_sum_norm": self.fisher_sum.norm()}
+        if any(protocol.EFL_PENALTY in r.metrics for r in replies):  # lambda > 0
+            metrics["efl_penalty"] = reply_mean(replies, protocol.EFL_PENALTY)
+        return metrics
 
     def state_dict(self) -> StrategyState:
         return {

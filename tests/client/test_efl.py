@@ -63,6 +63,21 @@ def test_one_step_adds_the_penalty_gradient() -> None:
         torch.testing.assert_close(p_efl, p_plain - lr * penalty, rtol=1e-6, atol=1e-7)
 
 
+def test_the_reply_reports_the_penalty_at_the_end_model() -> None:
+    """0.5 lam sum(U w^2) - lam sum(V w) with U = 2, V = 0.5 everywhere, at the weights
+    reached; no such metric with lambda = 0."""
+    lam, settings = 0.3, TrainSettings(batch_size=8, lr=0.1, local_steps=3)
+    rule = EflRule(lam=lam, fisher_samples=8)
+    model, _ = _train(rule, settings, _sums(2.0, 0.5))
+    w = np.concatenate([p.detach().double().numpy().reshape(-1) for p in model.parameters()])
+    expected = 0.5 * lam * 2.0 * np.sum(w * w) - lam * 0.5 * np.sum(w)
+    reported = rule.reply_metrics(linear_data(), ConfigRecord())[protocol.EFL_PENALTY]
+    assert reported == pytest.approx(expected, rel=1e-6)
+    plain = EflRule(lam=0.0, fisher_samples=8)
+    _train(plain, settings, _sums(2.0, 0.5))
+    assert plain.reply_metrics(linear_data(), ConfigRecord()) == {}
+
+
 def test_reply_holds_the_fisher_diagonal_and_its_product_with_the_endlinear_model() -> None:
     settings = TrainSettings(batch_size=8, lr=0.1)
     model, result = _train(EflRule(lam=0.0, fisher_samples=16), settings)

@@ -69,6 +69,26 @@ def test_sums_of_this_rounds_reporters_and_a_data_size_average() -> None:
     assert u.tolist() == [1.0, 1.0] and v.tolist() == [1.0, 1.0]
 
 
+def test_the_clients_penalties_are_averaged_by_data_size() -> None:
+    """efl_penalty: (1 * 4 + 3 * -2) / 4 over the replies that report one; none at lambda = 0
+    (no client reports it)."""
+    penalties = {0: 4.0, 1: -2.0}
+    replies = [
+        reply(
+            11 + pid,
+            [np.array([1.0, 2.0], np.float32), np.array([7], np.int64)],
+            partition_id=pid,
+            num_examples=n,
+            metrics={protocol.EFL_PENALTY: penalties[pid]},
+        )
+        for pid, n in ((0, 1), (1, 3))
+    ]
+    result = aggregate(Efl(), replies, arrays=_global())
+    assert result.metrics["efl_penalty"] == pytest.approx(-0.5)
+    plain = [_reply(11, 0, 1, [1.0, 2.0], [0.5, 0.25])]
+    assert "efl_penalty" not in aggregate(Efl(), plain, arrays=_global()).metrics
+
+
 def test_a_reply_without_fisher_terms_counts_for_the_model_only(caplog) -> None:
     strategy = Efl()
     replies = [_reply(11, 0, 1, [1.0, 2.0], [0.5, 0.5]), _reply(12, 1, 1, [3.0, 4.0], None)]
