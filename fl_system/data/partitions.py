@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DirichletPartition",
     "IidPartition",
+    "LabelGroupsPartition",
     "NaturalPartition",
     "Niid2Partition",
     "NonBalancePartition",
@@ -356,6 +357,62 @@ class ParetoPartition:
         counts = np.maximum(1, np.rint(draws / draws.max() * len(classes))).astype(int)
         holdings = [rng.choice(classes, size=n, replace=False) for n in counts]
         return _deal_by_class(labels, holdings, rng, "pareto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelGroupsPartition:
+    """TACO's synthetic 3-group label skew (its spec 5): clients are shuffled into groups
+    of near-equal size (20 clients: 7, 7, 6); a client of group g holds
+    max(1, round(label_shares[g] * C)) labels (10 classes, shares 0.1, 0.2, 0.5: 1, 2, 5),
+    the first being label (client id mod C) so that every label is held once there are C
+    clients, the rest drawn at random. Each label's shuffled samples are split into equal
+    parts among its holders (a label nobody holds goes unused), so clients holding more
+    labels hold more data.
+    """
+
+    label_shares: tuple[float, ...] = (0.1, 0.2, 0.5)
+
+    def groups_of(self, num_partitions: int, seed: int) -> np.ndarray:
+        """The group index of every partition id (0 = the first share)."""
+        order = np.random.default_rng(seed).permutation(num_partitions)
+        groups = np.empty(num_partitions, dtype=np.int64)
+        for g, members in enumerate(np.array_split(order, len(self.label_shares))):
+            groups[members] = g
+        return groups
+
+    def split(
+        self,
+        labels: np.ndarray,
+        num_partitions: int,
+        seed: int,
+        groups: np.ndarray | None = None,
+    ) -> list[np.ndarray]:
+        labels = _check(labels, num_partitions)
+        shares = tuple(self.label_shares)
+        if not shares or any(not 0 < share <= 1 for share in shares):
+            raise PartitionError(f"label_groups label_shares must be in (0, 1], got {shares}")
+        classes = np.unique(labels)
+        c = len(classes)
+        rng = np.random.default_rng([seed, 1])  # the group draw uses `seed` alone
+        holdings = []
+        for client, g in enumerate(self.groups_of(num_partitions, seed)):
+            first = classes[client % c]
+            others = rng.permutation(classes[classes != first])
+            holdings.append([first, *others[: max(1, round(shares[g] * c)) - 1]])
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_partitions)]
+        for cl in classes:
+            holders = [i for i, held in enumerate(holdings) if cl in held]
+            if not holders:  # fewer clients than labels: this label goes unused
+                continue
+            idx = rng.permutation(np.flatnonzero(labels == cl))
+            if len(idx) < len(holders):
+                raise PartitionError(
+                    f"label_groups: label {cl} has {len(idx)} samples for {len(holders)} "
+                    "clients holding it"
+                )
+            for client, piece in zip(holders, np.array_split(idx, len(holders)), strict=True):
+                parts[client].append(piece)
+        return _sorted([np.concatenate(p) for p in parts])
 
 
 @dataclass(frozen=True, kw_only=True)

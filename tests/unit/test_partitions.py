@@ -9,6 +9,7 @@ from fl_system.data import PartitionError
 from fl_system.data.partitions import (
     DirichletPartition,
     IidPartition,
+    LabelGroupsPartition,
     NaturalPartition,
     Niid2Partition,
     NonBalancePartition,
@@ -49,6 +50,7 @@ SCHEMES: list[tuple[Partitioner, int]] = [
     (Niid2Partition(num_unbiased=1), 6),
     (NonBalancePartition(), 10),
     (ParetoPartition(), 10),
+    (LabelGroupsPartition(), 20),
 ]
 
 
@@ -196,6 +198,30 @@ def test_pareto_few_clients_hold_many_labels() -> None:
     assert len(_assert_disjoint(parts, len(LABELS))) == len(LABELS)
     assert min(held) >= 1 and np.median(held) <= 2
     assert sum(h >= 5 for h in held) < 10
+
+
+def test_label_groups_hold_one_two_and_five_labels() -> None:
+    """20 clients: groups of 7, 7 and 6 holding 1, 2 and 5 of the 10 labels, client j holds
+    label j mod 10, every label is split equally among its holders (TACO spec 5)."""
+    scheme = LabelGroupsPartition()
+    parts = scheme.split(LABELS, 20, seed=3)
+    groups = scheme.groups_of(20, seed=3)
+    assert np.bincount(groups).tolist() == [7, 7, 6]
+    assert _labels_held(parts) == [(1, 2, 5)[g] for g in groups]
+    for j, p in enumerate(parts):
+        assert j % 10 in LABELS[p]
+    for label in range(10):
+        shares = [np.count_nonzero(LABELS[p] == label) for p in parts]
+        held = [n for n in shares if n]
+        assert sum(held) == 200 and max(held) - min(held) <= 1
+    assert np.mean([len(parts[j]) for j in np.flatnonzero(groups == 2)]) > np.mean(
+        [len(parts[j]) for j in np.flatnonzero(groups == 0)]
+    )
+
+
+def test_label_groups_refuse_bad_shares() -> None:
+    with pytest.raises(PartitionError, match=r"label_shares must be in \(0, 1\]"):
+        LabelGroupsPartition(label_shares=(0.1, 1.5)).split(LABELS, 10, seed=0)
 
 
 def test_dealing_by_class_names_partitions_left_empty() -> None:
