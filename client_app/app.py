@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from logging import ERROR
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log as flwr_log
@@ -27,7 +28,7 @@ from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model, receive_model
 from client_app.local_data import NodeIdentity, local_test_data, local_training_data
 from client_app.state import ClientState
-from client_app.trainer import TrainSettings, train_locally
+from client_app.trainer import TrainSettings, batches, train_locally
 from fl_system import protocol, wire
 from fl_system.compression import Compression
 from fl_system.devices import apply_thread_limit, resolve_device
@@ -39,11 +40,14 @@ from fl_system.experiment import (
     build_model,
     config_from_json,
 )
+from fl_system.freeloaders import freeload
 from fl_system.seeding import derive_seed
 
 _STATE = "fl-system"  # context.state record holding what the handshake delivered
 _QUERY_SEED = 0x9A5  # separates the seeds of queries from those of training
 _UPDATE_SEED = 0xC0DE  # and those of a stochastic codec's rounding
+_FREELOADER_SEED = 0xF4EE  # a noise freeloader's draws
+_FREELOADER_STATE = "freeloader-last-global"  # ClientState: the global model received last
 
 app = ClientApp()
 
@@ -177,6 +181,31 @@ def ask(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     got = _open(msg, context)
     cfg, node = got.cfg, got.node
+    freeloading = node.partition_id in OmegaConf.select(cfg, "clients.freeloaders.ids", default=[])
+    metrics, extras = _freeload(got) if freeloading else _train(got)
+    compression = _compression(got.config_json)
+    if compression is None:
+        content = RecordDict(
+            {protocol.ARRAYS: ArrayRecord(got.model.state_dict()), protocol.METRICS: metrics}
+        )
+    else:
+        rng = np.random.default_rng(
+            derive_seed(cfg.seed, got.server_round, node.partition_id, _UPDATE_SEED)
+        )
+        end = {k: v.numpy() for k, v in got.model.state_dict().items()}
+        received = got.received.array_records[protocol.ARRAYS]
+        dense, update = compress_model(compression, received, end, got.state, rng)
+        content = RecordDict(
+            {protocol.ARRAYS: dense, protocol.UPDATE: update, protocol.METRICS: metrics}
+        )
+    for name, record in extras.items():
+        content[name] = record
+    return Message(wire.pack(content), reply_to=msg)
+
+
+def _train(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
+    """Local training with the run's rule: the reply's metrics and the rule's extra records."""
+    cfg, node = got.cfg, got.node
     rule = _rule_factory(got.config_json)()
     scoring = bool(got.config.get(protocol.EVAL_LOCAL, False))
     test = local_test_data(cfg, node) if scoring else None
@@ -204,24 +233,38 @@ def train(msg: Message, context: Context) -> Message:
         metrics.update(_scores(result.local_eval, len(test[1])))
     for hook in _hooks(got.config_json, rule):
         metrics.update(hook.reply_metrics(got.data, got.config))
-    compression = _compression(got.config_json)
-    if compression is None:
-        content = RecordDict(
-            {protocol.ARRAYS: ArrayRecord(got.model.state_dict()), protocol.METRICS: metrics}
-        )
-    else:
-        rng = np.random.default_rng(
-            derive_seed(cfg.seed, got.server_round, node.partition_id, _UPDATE_SEED)
-        )
-        end = {k: v.numpy() for k, v in got.model.state_dict().items()}
-        received = got.received.array_records[protocol.ARRAYS]
-        dense, update = compress_model(compression, received, end, got.state, rng)
-        content = RecordDict(
-            {protocol.ARRAYS: dense, protocol.UPDATE: update, protocol.METRICS: metrics}
-        )
-    for name, record in result.extras.items():
-        content[name] = record
-    return Message(wire.pack(content), reply_to=msg)
+    return metrics, result.extras
+
+
+def _freeload(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
+    """clients.freeloaders: no training; the model of the configured kind goes back with the
+    metrics an honest client would send (its data size and step count, no loss)."""
+    cfg, node = got.cfg, got.node
+    received = {k: v.numpy() for k, v in got.model.state_dict().items()}
+    previous = got.state.load(_FREELOADER_STATE)
+    rng = np.random.default_rng(
+        derive_seed(cfg.seed, got.server_round, node.partition_id, _FREELOADER_SEED)
+    )
+    reply = freeload(
+        str(cfg.clients.freeloaders.kind),
+        received,
+        None if previous is None else {k: previous[k].numpy() for k in previous},
+        rng,
+    )
+    got.state.save(_FREELOADER_STATE, ArrayRecord(got.model.state_dict()))
+    got.model.load_state_dict({k: torch.as_tensor(v) for k, v in reply.items()})
+    settings = _settings(cfg, got.config)
+    n = len(got.data[1])
+    steps = sum(1 for _ in batches(n, settings, torch.Generator()))  # what it claims
+    metrics = MetricRecord(
+        {
+            protocol.PARTITION_ID: node.partition_id,
+            protocol.NUM_EXAMPLES: n,
+            protocol.NUM_STEPS: steps,
+            protocol.COMPUTE_SECONDS: 0.0,
+        }
+    )
+    return metrics, RecordDict()
 
 
 @app.evaluate()

@@ -48,6 +48,11 @@ EFL_PENALTY = "efl-penalty"  # metric (up): the penalty at the client's end mode
 EFL_UP = (EFL_FISHER, EFL_WEIGHTED, EFL_POSITIONS)
 EFL_DOWN = (EFL_FISHER_SUM, EFL_WEIGHTED_SUM, EFL_SUM_POSITIONS)
 
+# TACO: the last global update u = w_{t-1} - w_t (down, ArrayRecord by layer name) and this
+# client's tailored coefficient alpha_i (config, down), which sets its correction 1 - alpha_i.
+TACO_LAST_UPDATE = "taco-u"
+TACO_ALPHA = "taco-alpha"
+
 # Per-client settings (server -> client): a ConfigRecord key TRAIN_OVERRIDE + name overrides
 # the run's train.<name> for that message only (e.g. FedGSNR's "train.local_steps").
 TRAIN_OVERRIDE = "train."

@@ -71,11 +71,6 @@ def correction_per_step(
     return np.asarray(last_update) * (gamma * (1.0 - alpha) * delta_scale / local_steps)
 
 
-def output_model(w: np.ndarray, w_prev: np.ndarray, alpha_bar: float) -> np.ndarray:
-    """z_t = w_t + (1 - mean alpha)(w_t - w_{t-1}), Algorithm 2's output (Eq. 15)."""
-    return w + (1.0 - alpha_bar) * (w - w_prev)
-
-
 def record_strikes(
     alpha: Mapping[int, float], strikes: Mapping[int, int], *, kappa: float, lam: int
 ) -> tuple[dict[int, int], list[int]]:

@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from fl_system.data.corruption import KINDS
+from fl_system.freeloaders import KINDS as FREELOADER_KINDS
 
 
 class ConfigError(ValueError):
@@ -66,6 +67,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "clients.corrupt.kind": (lambda v: v in KINDS, f"one of {', '.join(KINDS)}"),
     "clients.corrupt.shift": (_int(1), "a positive integer"),
+    "clients.freeloaders.kind": (
+        lambda v: v in FREELOADER_KINDS,
+        f"one of {', '.join(FREELOADER_KINDS)}",
+    ),
 }
 
 
@@ -81,7 +86,8 @@ def check_values(cfg: DictConfig) -> None:
         )
     if cfg.min_clients is not None and cfg.min_clients > (cfg.clients_per_round or cfg.num_clients):
         raise ConfigError(f"min_clients ({cfg.min_clients}) exceeds the clients of a round")
-    _check_corrupt_ids(cfg.clients.corrupt.ids, cfg.num_clients)
+    for key in ("clients.corrupt.ids", "clients.freeloaders.ids"):
+        _check_partition_ids(key, OmegaConf.select(cfg, key), cfg.num_clients)
     _check_stragglers(cfg)
 
 
@@ -101,10 +107,10 @@ def _check_stragglers(cfg: DictConfig) -> None:
         )
 
 
-def _check_corrupt_ids(ids: Any, num_clients: int) -> None:
+def _check_partition_ids(key: str, ids: Any, num_clients: int) -> None:
     valid = isinstance(ids, ListConfig | list) and all(_int(0)(i) and i < num_clients for i in ids)
     if not valid:
         raise ConfigError(
-            f"clients.corrupt.ids must be a list of partition ids in 0..{num_clients - 1}, "
+            f"{key} must be a list of partition ids in 0..{num_clients - 1}, "
             f"got {OmegaConf.to_container(ids) if isinstance(ids, ListConfig) else ids!r}"
         )

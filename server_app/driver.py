@@ -176,7 +176,13 @@ class RoundDriver:
         cfg = self.cfg
         nodes = self.nodes.refresh(timeout=cfg.round_timeout)
         node_of = {pid: node for node, pid in nodes.items()}
-        chosen = sample_partitions(cfg, rnd, list(node_of))
+        excluded = self.strategy.excluded()
+        if len(excluded) >= cfg.num_clients:
+            raise RunFailed(
+                f"round {rnd}: every client is expelled (partitions "
+                f"{', '.join(map(str, sorted(excluded)))}); nothing is left to train"
+            )
+        chosen = sample_partitions(cfg, rnd, [p for p in node_of if p not in excluded])
         scoring = self.client_eval.train_config(rnd) if self.client_eval is not None else {}
         plan = RoundPlan(
             round=rnd,

@@ -50,6 +50,10 @@ class FederatedStrategy:
         for addon in self.addons:
             addon.on_join(partition_id, metrics)
 
+    def excluded(self) -> frozenset[int]:
+        """Partitions the driver must not sample any more (TACO's expelled freeloaders)."""
+        return frozenset()
+
     # ----- the round -----------------------------------------------------------------------
     def round(self, plan: RoundPlan) -> RoundSteps:
         """The add-ons' exchanges, then one training exchange, then the aggregate."""
@@ -96,7 +100,7 @@ class FederatedStrategy:
         failures = [*plan.failures, *failures]
         if not ok:
             return RoundResult(None, dict(plan.metrics), failures, 0)
-        weights = self.aggregation_weights(ok)
+        weights = self.aggregation_weights(plan, ok)
         new_arrays = self.aggregate(plan, ok, weights)
         metrics = {
             "train_loss": reply_mean(ok, protocol.TRAIN_LOSS),
@@ -116,11 +120,12 @@ class FederatedStrategy:
         """The new global model's layers from this round's usable replies and their p_k."""
         raise NotImplementedError
 
-    def base_weights(self, replies: list[ClientReply]) -> list[float]:
-        """The algorithm's own averaging weights (unnormalised): data size by default."""
+    def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:
+        """The algorithm's own averaging weights (unnormalised): data size by default; `plan`
+        holds the model the replies started from."""
         return [float(r.num_examples) for r in replies]
 
-    def aggregation_weights(self, replies: list[ClientReply]) -> np.ndarray:
+    def aggregation_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> np.ndarray:
         """p_k, summing to one: an add-on's weighting if one is enabled, else `base_weights`.
 
         Every strategy averages with these, so a reweighting such as FedDisco's composes with
@@ -130,7 +135,7 @@ class FederatedStrategy:
             p = addon.weights(replies)
             if p is not None:
                 return p
-        return normalized(self.base_weights(replies))
+        return normalized(self.base_weights(plan, replies))
 
     def round_metrics(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray

@@ -85,7 +85,7 @@ class FedDyn(FederatedStrategy):
         )
 
     # ----- receiving -----------------------------------------------------------------------
-    def base_weights(self, replies: list[ClientReply]) -> list[float]:
+    def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:
         """FedDyn averages participants uniformly (the authors' np.mean), not by data size."""
         return [1.0] * len(replies)
 

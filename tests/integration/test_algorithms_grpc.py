@@ -25,13 +25,13 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-# Every shipped algorithm (FedGSNR's two exchanges run in test_local_runtime.py; EFL with its
-# compressor on the uplink), plus a composition of both add-ons with an algorithm that sends
-# and returns extra arrays.
+# Every shipped algorithm (FedGSNR's two exchanges and TACO's freeloader run in
+# test_local_runtime.py; EFL with its compressor on the uplink), plus a composition of both
+# add-ons with an algorithm that sends and returns extra arrays.
 ALGORITHMS = {
     path.stem: [f"algorithm={path.stem}"]
     for path in sorted((CONF_DIR / "algorithm").glob("*.yaml"))
-    if path.stem != "fedgsnr"
+    if path.stem not in ("fedgsnr", "taco")
 } | {
     "efl": ["algorithm=efl", "compression.up=st", "compression.up.q=0.05"],
     "scaffold+disco+gsnr": [

@@ -75,6 +75,22 @@ def _error_lines(stderr: str) -> list[str]:
             ["compression.down=st", "compression.server_apply=literal"],
             "compression.server_apply must be recommended or full, got 'literal'",
         ),
+        (
+            ["algorithm=taco", "train.local_steps=5", "algorithm.kappa=1.5"],
+            "algorithm.kappa must be a number in (0, 1], got 1.5",
+        ),
+        (
+            ["algorithm=taco", "train.local_steps=5", "algorithm.gamma=-1"],
+            "algorithm.gamma must be >= 0, got -1",
+        ),
+        (
+            ["algorithm=taco", "train.local_steps=5", "algorithm.lam=0"],
+            "algorithm.lam must be null (T / 5) or an integer >= 1, got 0",
+        ),
+        (
+            ["clients.freeloaders.ids=[0,4]"],
+            "clients.freeloaders.ids must be a list of partition ids in 0..3, got [0, 4]",
+        ),
     ],
 )
 def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> None:

@@ -1,8 +1,9 @@
 """runtime=local: a real SuperLink and SuperNodes over gRPC, started by the CLI.
 
 Starting a federation per run is slow, so only FedGSNR (FedAvg with a statistics exchange
-before training) and EFL with compression both ways run here; every other algorithm runs
-over gRPC on one shared hand-started federation in test_algorithms_grpc.py.
+before training), EFL with compression both ways and TACO with four SuperNodes (one a
+freeloader) run here; every other algorithm runs over gRPC on one shared hand-started
+federation in test_algorithms_grpc.py.
 """
 
 from __future__ import annotations
@@ -102,3 +103,29 @@ def test_efl_with_sparse_ternary_both_ways_moves_a_fraction_of_dense_bytes(
     assert 0 < framing < 2 * FRAMING  # records, layouts, metrics, Flower's object headers
     assert dense / int(row["bytes_up"]) > expected
     assert dense / int(row["bytes_down"]) > expected
+
+
+def test_taco_expels_an_echoing_freeloader_and_carries_on(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Four SuperNodes with two labels each, partition 3 echoing the last global update: it
+    uploads nothing in round 1, then a copy of the consensus, scores alpha >= 0.6 in rounds 2
+    and 3 and is expelled after round 3 (lam = 2); round 4 trains the other three."""
+    run_dir = tmp_path / "run"
+    taco = ["algorithm=taco", "algorithm.lam=2", "train.local_steps=10", "partition=label2"]
+    freeloader = ["clients.freeloaders.ids=[3]", "clients.freeloaders.kind=echo"]
+    quick = [*QUICK, "num_clients=4", "train.batch_size=32", "num_rounds=4"]
+    result = run_cli([*taco, *freeloader, *quick, f"hydra.run.dir={run_dir}"], cli_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [r["participants"] for r in rows] == ["4", "4", "4", "3"]
+    assert [r["expelled_now"] for r in rows] == ["", "", "3", ""]
+    assert float(rows[0]["alpha_3"]) == 0.0  # a zero update the first time
+    for row in rows[1:3]:
+        benign = [float(row[f"alpha_{pid}"]) for pid in range(3)]
+        assert float(row["alpha_3"]) >= 0.6 > max(benign), row
+    assert rows[3]["alpha_3"] == "" and float(rows[3]["correction_0"]) < 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [(e["partition"], e["round"]) for e in summary["expelled"]] == [(3, 3)]
+    server_log = (run_dir / "logs" / "serverapp.log").read_text()
+    assert "partition 3 expelled as a freeloader" in server_log

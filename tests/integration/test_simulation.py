@@ -112,6 +112,22 @@ def test_a_diverged_run_stops_with_one_clear_error(tmp_path: Path, cli_env) -> N
     assert (run_dir / "failure.txt").read_text().startswith("round 1: 0 usable replies")
 
 
+def test_a_run_whose_every_client_is_expelled_stops_with_that_reason(
+    tmp_path: Path, cli_env
+) -> None:
+    """TACO with kappa = 0.1 and lam = 1: both clients (alpha about 0.45) are expelled after
+    round 1; round 2 has nobody to train, so the run stops, says why and keeps round 1."""
+    run_dir = tmp_path / "expelled"
+    taco = ["algorithm=taco", "train.local_steps=3", "algorithm.kappa=0.1", "algorithm.lam=1"]
+    result = run_cli([*SIM, *taco, "num_rounds=3", f"hydra.run.dir={run_dir}"], cli_env)
+    assert result.returncode == 1
+    assert "fl-run: error: round 2: every client is expelled (partitions 0, 1)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "rounds up to 1 are saved" in (run_dir / "failure.txt").read_text()
+    assert [r["expelled_now"] for r in MetricsLog(run_dir / "metrics.csv").rows()] == ["0 1"]
+    assert load_checkpoint(run_dir / "checkpoint.npz").round == 1
+
+
 def test_compressed_updates_travel_in_the_bytes_their_encoding_promises(
     tmp_path: Path, cli_env
 ) -> None:

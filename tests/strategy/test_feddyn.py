@@ -78,7 +78,7 @@ def test_model_average_uses_aggregation_weights() -> None:
     """The hook FedDisco replaces; h still sums the participants' drifts uniformly."""
 
     class First(FedDyn):
-        def aggregation_weights(self, replies):
+        def aggregation_weights(self, plan, replies):
             return np.array([1.0, 0.0])
 
     strategy = First(alpha=0.5, num_clients=4)

@@ -69,7 +69,7 @@ def test_one_round_matches_the_hand_computation() -> None:
 
 def test_p_k_come_from_aggregation_weights() -> None:
     class UniformNova(FedNova):
-        def base_weights(self, replies):
+        def base_weights(self, plan, replies):
             return [1.0] * len(replies)
 
     # p = [1/2, 1/2]; tau_eff = 3; coefficients [0.75, 0.375]

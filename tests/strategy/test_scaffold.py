@@ -78,7 +78,7 @@ def test_model_average_uses_aggregation_weights() -> None:
     """The hook FedDisco replaces: here it gives all weight to the second client."""
 
     class Second(Scaffold):
-        def aggregation_weights(self, replies):
+        def aggregation_weights(self, plan, replies):
             return np.array([0.0, 1.0])
 
     strategy = Second(num_clients=2)

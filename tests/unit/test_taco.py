@@ -7,7 +7,6 @@ import pytest
 
 from fl_system.taco import (
     correction_per_step,
-    output_model,
     record_strikes,
     tailored_coefficients,
     tailored_weights,
@@ -66,11 +65,6 @@ def test_a_round_of_corrections_moves_the_weights_by_gamma_scale_one_minus_alpha
     u = np.array([1.0, -2.0, 0.5])
     step = correction_per_step(u, alpha=0.1, gamma=0.1, local_steps=10, delta_scale=delta_scale)
     np.testing.assert_allclose(10 * step, total * u, rtol=1e-12)
-
-
-def test_output_model_extrapolates_by_one_minus_mean_alpha() -> None:
-    z = output_model(np.array([1.0, 2.0]), np.array([0.0, 4.0]), alpha_bar=0.25)
-    np.testing.assert_allclose(z, [1.75, 0.5])
 
 
 def test_expelled_exactly_at_the_lam_th_strike_counted_cumulatively() -> None:

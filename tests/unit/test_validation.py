@@ -37,6 +37,14 @@ def test_defaults_are_valid() -> None:
         ),
         ("clients.corrupt.shift=0", "clients.corrupt.shift must be a positive integer, got 0"),
         (
+            "clients.freeloaders.ids=[-1]",
+            "clients.freeloaders.ids must be a list of partition ids in 0..3, got [-1]",
+        ),
+        (
+            "clients.freeloaders.kind=lazy",
+            "clients.freeloaders.kind must be one of global, echo, noise, got 'lazy'",
+        ),
+        (
             "stragglers.incomplete=1.5",
             "stragglers.incomplete must be a probability in [0, 1], got 1.5",
         ),

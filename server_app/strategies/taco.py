@@ -1,0 +1,216 @@
+"""TACO (Liu et al., ICDCS 2025), server half: tailored coefficients, tailored aggregation and
+freeloader expulsion (TACO spec 1.4, 1.7, 7).
+
+Server state: alpha_i per partition (0.1 before a client's first upload), strikes per
+partition, the expelled partitions, and the last global update u = w_{t-1} - w_t (zeros at
+first). Each round
+
+    sent down:  the global model w, u (`protocol.TACO_LAST_UPDATE`) and the client's alpha_i
+                (config `protocol.TACO_ALPHA`); the client shifts every step by
+                gamma (1 - alpha_i) Delta_t, Delta_t = u / (K lr)
+    sent up:    the local model w_i; the server takes Delta_i = w - w_i
+    alpha_i  <- (1 - |Delta_i| / sum_j |Delta_j|) max(cos(Delta_i, mean_j Delta_j), 0)
+    w        <- sum_i alpha_i w_i / sum_i alpha_i      (eta_g = K lr; uniform if all alpha = 0)
+    strike   for alpha_i >= kappa; lam strikes expel the partition for good
+
+Norms and cosines use the float layers of the model (every parameter the clients train, plus
+float buffers, which the models here do not have). Dataset sizes play no part (spec A7).
+`tailored_aggregation=False` averages uniformly (the ablation of Table VI); an expelled
+partition is never sampled again (`excluded`) and a reply from it is refused. u is sent
+explicitly so that clients that skipped rounds need no memory; it doubles the downlink.
+The client half is `client_app/algorithms/taco.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from flwr.app import ConfigRecord, RecordDict
+
+from fl_system import protocol
+from fl_system.aggregation import weighted_average
+from fl_system.taco import record_strikes, tailored_coefficients, tailored_weights
+from server_app.addons import ServerAddon
+from server_app.rounds import RoundPlan
+from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.layer_state import LayerState, float_layers
+
+log = logging.getLogger(__name__)
+
+INITIAL_ALPHA = 0.1  # alpha_i^0 (it never matters: u = 0 in the first round)
+
+
+class Taco(FederatedStrategy):
+    """alpha-weighted model average; strikes and expulsion for clients with alpha >= kappa."""
+
+    def __init__(
+        self,
+        *,
+        num_clients: int,
+        num_rounds: int,
+        kappa: float = 0.6,
+        lam: int | None = None,
+        expel: bool = True,
+        tailored_aggregation: bool = True,
+        addons: Sequence[ServerAddon] = (),
+    ) -> None:
+        super().__init__(addons=addons)
+        if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
+            raise ValueError(f"algorithm.kappa must be a number in (0, 1], got {kappa!r}")
+        if lam is None:
+            lam = math.ceil(num_rounds / 5)
+        if isinstance(lam, bool) or not isinstance(lam, int) or lam < 1:
+            raise ValueError(f"algorithm.lam must be null (T / 5) or an integer >= 1, got {lam!r}")
+        self.num_clients, self.kappa, self.lam = int(num_clients), float(kappa), lam
+        self.expel, self.tailored_aggregation = bool(expel), bool(tailored_aggregation)
+        self.alpha = np.full(self.num_clients, INITIAL_ALPHA)
+        self.strikes = np.zeros(self.num_clients, dtype=np.int64)
+        self.expelled_at = np.zeros(self.num_clients, dtype=np.int64)  # round, 0 = not expelled
+        self.last_update = LayerState("taco/u")
+        self._round: dict[int, tuple[float, float]] = {}  # pid -> (alpha sent, alpha new)
+        self._fallback = False
+
+    def excluded(self) -> frozenset[int]:
+        return frozenset(int(p) for p in np.flatnonzero(self.expelled_at))
+
+    # ----- sending -------------------------------------------------------------------------
+    def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
+        content = super().node_content(plan, partition_id)
+        content[protocol.TACO_LAST_UPDATE] = self.last_update.record(plan.arrays)
+        config = dict(content.config_records[protocol.CONFIG])
+        config[protocol.TACO_ALPHA] = float(self.alpha[partition_id])
+        content[protocol.CONFIG] = ConfigRecord(config)
+        return content
+
+    # ----- receiving -----------------------------------------------------------------------
+    def reject(self, reply: ClientReply) -> str | None:
+        if not 0 <= reply.partition_id < self.num_clients:
+            return f"partition {reply.partition_id} is outside 0..{self.num_clients - 1}"
+        if self.expelled_at[reply.partition_id]:
+            return (
+                f"partition {reply.partition_id} was expelled at round "
+                f"{self.expelled_at[reply.partition_id]} (freeloader)"
+            )
+        return None
+
+    def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:
+        """alpha_i / sum alpha from this round's uploads (which also sets the alpha_i that
+        clients correct with next round), or uniform without tailored aggregation."""
+        start = float_layers(plan.arrays)
+        uploads = np.stack([_flat_delta(start, plan.arrays.keys(), r.arrays) for r in replies])
+        alpha = tailored_coefficients(uploads)
+        self._round = {
+            r.partition_id: (float(self.alpha[r.partition_id]), float(a))
+            for r, a in zip(replies, alpha, strict=True)
+        }
+        weights, self._fallback = tailored_weights(alpha)
+        if self._fallback:
+            log.warning(
+                "round %d: every alpha is 0 (no upload agrees with the mean); averaging uniformly",
+                plan.round,
+            )
+        if not self.tailored_aggregation:
+            return [1.0] * len(replies)
+        return weights.tolist()
+
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        new_model = weighted_average([r.arrays for r in replies], weights)
+        names = list(plan.arrays.keys())
+        start = float_layers(plan.arrays)
+        u = self.last_update.ensure(plan.arrays)
+        for name, layer in zip(names, new_model, strict=True):
+            if name in u:
+                u[name] = start[name].astype(np.float64) - layer.astype(np.float64)
+        new_alpha = {pid: a for pid, (_, a) in self._round.items()}
+        for pid, a in new_alpha.items():
+            self.alpha[pid] = a
+        strikes, expelled = record_strikes(
+            new_alpha,
+            {pid: int(self.strikes[pid]) for pid in new_alpha},
+            kappa=self.kappa,
+            lam=self.lam,
+        )
+        for pid, count in strikes.items():
+            self.strikes[pid] = count
+        if self.expel:
+            for pid in expelled:
+                self.expelled_at[pid] = plan.round
+                log.warning(
+                    "round %d: partition %d expelled as a freeloader: alpha >= %g in %d rounds "
+                    "(alpha this round %.3f; its history is alpha_%d in metrics.csv)",
+                    plan.round,
+                    pid,
+                    self.kappa,
+                    strikes[pid],
+                    new_alpha[pid],
+                    pid,
+                )
+        return new_model
+
+    def round_metrics(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for pid, (sent, new) in sorted(self._round.items()):
+            metrics[f"alpha_{pid}"] = new
+            metrics[f"correction_{pid}"] = 1.0 - sent
+        metrics["alpha_mean"] = float(np.mean([new for _, new in self._round.values()]))
+        metrics["taco_uniform_fallback"] = int(self._fallback)
+        metrics["expelled"] = len(self.excluded())
+        metrics["expelled_now"] = " ".join(
+            str(p) for p in np.flatnonzero(self.expelled_at == plan.round)
+        )
+        return metrics
+
+    def summarize(self, rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
+        """summary.json: the expelled partitions with the round and their alpha history."""
+        expelled = []
+        for pid in sorted(self.excluded()):
+            column = f"alpha_{pid}"
+            history = [
+                [int(str(row["round"])), float(str(row[column]))]
+                for row in rows
+                if row.get(column) not in (None, "")
+            ]
+            expelled.append(
+                {"partition": pid, "round": int(self.expelled_at[pid]), "alpha": history}
+            )
+        return {**super().summarize(rows), "expelled": expelled}
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> StrategyState:
+        return {
+            **super().state_dict(),
+            **self.last_update.state_dict(),
+            "taco/alpha": self.alpha.copy(),
+            "taco/strikes": self.strikes.copy(),
+            "taco/expelled_at": self.expelled_at.copy(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        rest = dict(self.last_update.take_state(state))
+        for name in ("alpha", "strikes", "expelled_at"):
+            value = np.asarray(rest.pop(f"taco/{name}"))
+            if value.shape != (self.num_clients,):
+                raise ValueError(
+                    f"taco/{name} has shape {value.shape}, expected ({self.num_clients},)"
+                )
+            setattr(self, name, value.copy())
+        super().load_state_dict(rest)
+
+
+def _flat_delta(
+    start: Mapping[str, np.ndarray], names: Sequence[str], arrays: list[np.ndarray]
+) -> np.ndarray:
+    """Delta_i = w - w_i over the float layers, flattened, float64."""
+    parts = [
+        start[name].astype(np.float64).reshape(-1) - arr.astype(np.float64).reshape(-1)
+        for name, arr in zip(names, arrays, strict=True)
+        if name in start
+    ]
+    return np.concatenate(parts)

@@ -1,0 +1,146 @@
+"""TACO's server half on mock replies: alpha by hand for three clients, the alpha-weighted
+update, the last update and alpha sent back, expulsion after exactly lam strikes at kappa,
+an expelled client's reply refused, and the state through a checkpoint."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord
+
+from fl_system import protocol
+from server_app.strategies.taco import Taco
+from tests.mock_replies import aggregate, plan, reply
+
+# Uploads Delta_i = w - w_i with w = 0: (1, 0), (0, 1), (1, 1). Norms 1, 1, sqrt 2, their sum
+# S = 2 + sqrt 2, mean (2/3, 2/3): cos = 1/sqrt 2, 1/sqrt 2, 1, and alpha = (1 - n_i / S) cos
+# = 0.5, 0.5 and 2 / (2 + sqrt 2) = 2 - sqrt 2.
+DELTAS = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+ALPHA = [0.5, 0.5, 2 - math.sqrt(2)]
+
+
+def _global(w: list[float] | None = None) -> ArrayRecord:
+    return ArrayRecord(
+        {
+            "w": Array(np.array(w or [0.0, 0.0], np.float32)),
+            "steps": Array(np.array([7], np.int64)),
+        }
+    )
+
+
+def _replies(deltas: list[list[float]], start: list[float] | None = None) -> list:
+    w = np.array(start or [0.0, 0.0], np.float32)
+    return [
+        reply(
+            11 + pid,
+            [w - np.array(d, np.float32), np.array([7], np.int64)],
+            partition_id=pid,
+            num_examples=10 * (pid + 1),  # TACO ignores data sizes
+        )
+        for pid, d in enumerate(deltas)
+    ]
+
+
+def _taco(**kwargs) -> Taco:
+    return Taco(**{"num_clients": 3, "num_rounds": 10, **kwargs})
+
+
+def test_alpha_by_hand_for_three_clients_and_the_weighted_update() -> None:
+    strategy = _taco()
+    result = aggregate(strategy, _replies(DELTAS), arrays=_global())
+    for pid, a in enumerate(ALPHA):
+        assert result.metrics[f"alpha_{pid}"] == pytest.approx(a, abs=1e-12)
+        assert result.metrics[f"correction_{pid}"] == pytest.approx(0.9)  # 1 - alpha^0
+        assert result.metrics[f"weight_{pid}"] == pytest.approx(a / sum(ALPHA), abs=1e-12)
+    step = (ALPHA[0] + ALPHA[2]) / sum(ALPHA)  # both coordinates
+    np.testing.assert_allclose(result.arrays["w"].numpy(), [-step, -step], rtol=1e-6)
+    assert result.arrays["steps"].numpy().tolist() == [7]
+    assert result.metrics["taco_uniform_fallback"] == 0
+
+
+def test_next_round_sends_the_last_update_and_each_clients_alpha() -> None:
+    strategy = _taco()
+    first = [m.content for m in strategy.train_messages(plan({11: 0, 12: 2}, _global()))]
+    for content in first:
+        assert content.array_records[protocol.TACO_LAST_UPDATE]["w"].numpy().tolist() == [0, 0]
+        assert content.config_records[protocol.CONFIG][protocol.TACO_ALPHA] == 0.1
+    result = aggregate(strategy, _replies(DELTAS), arrays=_global())
+    new = result.arrays
+    messages = strategy.train_messages(plan({11: 0, 13: 2}, new, rnd=2))
+    for msg, pid in zip(messages, (0, 2), strict=True):
+        u = msg.content.array_records[protocol.TACO_LAST_UPDATE]
+        assert list(u.keys()) == ["w"]  # float layers only
+        np.testing.assert_allclose(u["w"].numpy(), -new["w"].numpy())  # w_prev - w, w_prev = 0
+        alpha = msg.content.config_records[protocol.CONFIG][protocol.TACO_ALPHA]
+        assert alpha == pytest.approx(ALPHA[pid], abs=1e-12)
+
+
+def test_untailored_aggregation_averages_uniformly_but_still_scores() -> None:
+    result = aggregate(_taco(tailored_aggregation=False), _replies(DELTAS), arrays=_global())
+    np.testing.assert_allclose(result.arrays["w"].numpy(), [-2 / 3, -2 / 3], rtol=1e-6)
+    assert result.metrics["alpha_2"] == pytest.approx(ALPHA[2], abs=1e-12)
+
+
+def test_opposed_uploads_fall_back_to_uniform_weights() -> None:
+    result = aggregate(_taco(), _replies([[1.0, 0.0], [-1.0, 0.0]]), arrays=_global())
+    assert result.metrics["taco_uniform_fallback"] == 1
+    np.testing.assert_allclose(result.arrays["w"].numpy(), [0.0, 0.0], atol=1e-7)
+
+
+def test_expelled_after_exactly_lam_strikes_then_refused_and_never_sampled() -> None:
+    """kappa = 0.55: only client 2 (alpha 0.586) gets strikes; lam = 2 expels it after the
+    second round; its reply in round 3 is refused and the round goes on without it."""
+    strategy = _taco(kappa=0.55, lam=2)
+    first = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=1)
+    assert strategy.excluded() == frozenset() and first.metrics["expelled"] == 0
+    second = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=2)
+    assert strategy.excluded() == frozenset({2})
+    assert second.metrics["expelled"] == 1 and second.metrics["expelled_now"] == "2"
+    third = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=3)
+    assert third.participants == 2 and "alpha_2" not in third.metrics
+    (failure,) = third.failures
+    assert failure.node_id == 13 and "expelled at round 2" in failure.reason
+    assert third.metrics["expelled_now"] == ""
+    rows = [{"round": r, "alpha_2": str(ALPHA[2])} for r in (1, 2)]
+    assert strategy.summarize(rows)["expelled"] == [
+        {"partition": 2, "round": 2, "alpha": [[1, ALPHA[2]], [2, ALPHA[2]]]}
+    ]
+
+
+def test_strikes_without_expulsion_when_expel_is_off() -> None:
+    strategy = _taco(kappa=0.55, lam=1, expel=False)
+    aggregate(strategy, _replies(DELTAS), arrays=_global())
+    assert strategy.excluded() == frozenset() and strategy.strikes.tolist() == [0, 0, 1]
+
+
+def test_state_survives_a_checkpoint() -> None:
+    strategy = _taco(kappa=0.55, lam=1)
+    aggregate(strategy, _replies(DELTAS), arrays=_global())
+    restored = _taco(kappa=0.55, lam=1)
+    restored.load_state_dict(strategy.state_dict())
+    assert restored.excluded() == frozenset({2})
+    np.testing.assert_array_equal(restored.alpha, strategy.alpha)
+    sent = restored.train_messages(plan({11: 0}, _global(), rnd=2))[0].content
+    np.testing.assert_array_equal(
+        sent.array_records[protocol.TACO_LAST_UPDATE]["w"].numpy(),
+        strategy.last_update.values["w"].astype(np.float32),
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"kappa": 0.0}, r"algorithm.kappa must be a number in \(0, 1\], got 0.0"),
+        ({"kappa": 1.5}, r"algorithm.kappa must be a number in \(0, 1\], got 1.5"),
+        ({"lam": 0}, r"algorithm.lam must be null \(T / 5\) or an integer >= 1, got 0"),
+    ],
+)
+def test_bad_server_settings_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _taco(**kwargs)
+
+
+def test_lam_defaults_to_a_fifth_of_the_rounds() -> None:
+    assert _taco(num_rounds=100).lam == 20 and _taco(num_rounds=12).lam == 3
