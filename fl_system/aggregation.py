@@ -1,4 +1,5 @@
-"""Weighted averaging of client models: the arithmetic every averaging strategy shares."""
+"""Weighted averaging of client models: the arithmetic every averaging strategy shares, and
+the similarity scores of uploads that TACO and FoolsGold weight by."""
 
 from __future__ import annotations
 
@@ -41,3 +42,29 @@ def weighted_average(
             acc += pk * arr.astype(np.float64, copy=False)
         out.append(acc.astype(first.dtype))
     return out
+
+
+EPS = 1e-12  # norms below this count as zero
+
+
+def cosines_to_mean(uploads: np.ndarray) -> np.ndarray:
+    """cos(Delta_i, mean_j Delta_j) for each row of `uploads` (clients x parameters), in
+    float64; 0 for a zero row or a zero mean (no NaN). The mean is unweighted."""
+    x = np.asarray(uploads, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"uploads must be a (clients, parameters) array, got shape {x.shape}")
+    norms = np.linalg.norm(x, axis=1)
+    mean = x.mean(axis=0)
+    mean_norm = float(np.linalg.norm(mean))
+    cos = (x @ mean) / np.maximum(norms * mean_norm, EPS)
+    cos[(norms < EPS) | (mean_norm < EPS)] = 0.0
+    return cos
+
+
+def normalized_or_uniform(scores: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(scores / sum, False), or (uniform, True) when the non-negative scores sum to <= EPS."""
+    a = np.asarray(scores, dtype=np.float64)
+    total = a.sum()
+    if total <= EPS:
+        return np.full(a.shape, 1.0 / a.size), True
+    return a / total, False

@@ -53,6 +53,10 @@ EFL_DOWN = (EFL_FISHER_SUM, EFL_WEIGHTED_SUM, EFL_SUM_POSITIONS)
 TACO_LAST_UPDATE = "taco-u"
 TACO_ALPHA = "taco-alpha"
 
+# STEM: the momentum d (ArrayRecord by parameter name): the clients' average from the last
+# round (down; absent in the first round) and a client's momentum at its end model (up).
+STEM_MOMENTUM = "stem-d"
+
 # Per-client settings (server -> client): a ConfigRecord key TRAIN_OVERRIDE + name overrides
 # the run's train.<name> for that message only (e.g. FedGSNR's "train.local_steps").
 TRAIN_OVERRIDE = "train."

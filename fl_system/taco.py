@@ -7,7 +7,8 @@ coefficient
     alpha_i = (1 - |Delta_i| / sum_j |Delta_j|) * max(cos(Delta_i, mean_j Delta_j), 0)
 
 (the mean is unweighted, over this round's active clients, the client itself included),
-averages the uploads with weights alpha_i / sum alpha (uniform if every alpha is 0), and gives
+averages the uploads with weights alpha_i / sum alpha (uniform if every alpha is 0:
+`fl_system.aggregation.normalized_or_uniform`), and gives
 a strike to every client with alpha_i >= kappa: lam strikes expel it. Next round the client
 shifts every local step by the constant gamma (1 - alpha_i) Delta_t, Delta_t the last global
 update in per-step units.
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-EPS = 1e-12  # norms below this count as zero (spec A5)
+from fl_system.aggregation import EPS, cosines_to_mean
 
 
 def tailored_coefficients(uploads: np.ndarray) -> np.ndarray:
@@ -28,26 +29,10 @@ def tailored_coefficients(uploads: np.ndarray) -> np.ndarray:
     A zero upload, or a zero mean, has cosine 0 and so alpha 0 (no NaN); with one client the
     magnitude factor 1 - |Delta| / |Delta| is 0.
     """
-    x = np.asarray(uploads, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] < 1:
-        raise ValueError(f"uploads must be a (clients, parameters) array, got shape {x.shape}")
-    norms = np.linalg.norm(x, axis=1)
-    total = norms.sum()
-    mean = x.mean(axis=0)
-    mean_norm = float(np.linalg.norm(mean))
-    cos = (x @ mean) / np.maximum(norms * mean_norm, EPS)
-    cos[(norms < EPS) | (mean_norm < EPS)] = 0.0
-    magnitude = 1.0 - norms / max(total, EPS)
+    cos = cosines_to_mean(uploads)
+    norms = np.linalg.norm(np.asarray(uploads, dtype=np.float64), axis=1)
+    magnitude = 1.0 - norms / max(norms.sum(), EPS)
     return magnitude * np.maximum(cos, 0.0)
-
-
-def tailored_weights(alpha: np.ndarray) -> tuple[np.ndarray, bool]:
-    """(alpha / sum alpha, False), or (uniform, True) when sum alpha <= EPS (spec A5)."""
-    a = np.asarray(alpha, dtype=np.float64)
-    total = a.sum()
-    if total <= EPS:
-        return np.full(a.shape, 1.0 / a.size), True
-    return a / total, False
 
 
 def correction_per_step(

@@ -30,20 +30,20 @@ alpha_k = alpha / (K n_k)) are not used; clipping is available on the client as
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, RecordDict
 
 from fl_system.aggregation import weighted_average
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.layer_state import LayerState
+from server_app.strategies.base import ClientReply
+from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 
-class FedDyn(FederatedStrategy):
+class FedDyn(ServerVectorStrategy):
     """Uniform model average, dynamic-regulariser state h, clients start from theta_cld."""
 
     def __init__(
@@ -67,14 +67,7 @@ class FedDyn(FederatedStrategy):
         """theta_cld = theta_avg - h / alpha for the given theta_avg (cached per round)."""
         if self._cloud is not None and self._cloud[0] is arrays:
             return self._cloud[1]
-        h = self.h.ensure(arrays)
-        out = {}
-        for name in arrays:
-            arr = arrays[name].numpy()
-            if name in h:
-                arr = (arr.astype(np.float64) - h[name] / self.alpha).astype(arr.dtype)
-            out[name] = Array(arr)
-        cloud = ArrayRecord(out)
+        cloud = self.h.shifted(arrays, -1.0 / self.alpha)
         self._cloud = (arrays, cloud)
         return cloud
 
@@ -112,16 +105,8 @@ class FedDyn(FederatedStrategy):
         self._cloud = None  # h changed: theta_cld must be recomputed
         return theta_avg
 
-    def round_metrics(
-        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
-    ) -> dict[str, float]:
-        return {"server_state_norm": self.h.norm()}
+    def server_vector(self) -> LayerState:
+        return self.h
 
-    # ----- checkpointing -------------------------------------------------------------------
-    def state_dict(self) -> StrategyState:
-        return {**super().state_dict(), **self.h.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        rest = self.h.take_state(state)
+    def forget_derived(self) -> None:
         self._cloud = None
-        super().load_state_dict(rest)

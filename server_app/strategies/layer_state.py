@@ -7,10 +7,13 @@ the model's), kept in float64, sent in the layer's own dtype, and checkpointed u
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
+
+from server_app.rounds import RoundPlan
+from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 
 
 def float_layers(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -21,6 +24,21 @@ def float_layers(record: ArrayRecord) -> dict[str, np.ndarray]:
         if np.issubdtype(arr.dtype, np.floating):
             out[name] = arr
     return out
+
+
+def flat_uploads(start: ArrayRecord, replies: Sequence[ClientReply]) -> np.ndarray:
+    """Delta_i = w - w_i over the float layers of the model the replies started from, one
+    flattened float64 row per reply (what TACO and FoolsGold compare)."""
+    layers = float_layers(start)
+    rows = []
+    for r in replies:
+        parts = [
+            layers[name].astype(np.float64).reshape(-1) - arr.astype(np.float64).reshape(-1)
+            for name, arr in zip(start.keys(), r.arrays, strict=True)
+            if name in layers
+        ]
+        rows.append(np.concatenate(parts))
+    return np.stack(rows)
 
 
 class LayerState:
@@ -58,6 +76,18 @@ class LayerState:
             }
         )
 
+    def shifted(self, arrays: ArrayRecord, scale: float) -> ArrayRecord:
+        """`arrays` + scale * values on the float layers (in their dtype), the rest as is:
+        FedDyn's theta_avg - h / alpha, FedACG's lookahead w + lam m."""
+        values = self.ensure(arrays)
+        out = {}
+        for name in arrays:
+            arr = arrays[name].numpy()
+            if name in values:
+                arr = (arr.astype(np.float64) + scale * values[name]).astype(arr.dtype)
+            out[name] = Array(arr)
+        return ArrayRecord(out)
+
     def norm(self) -> float:
         """Euclidean norm over all layers together (0 before the state exists)."""
         if not self.values:
@@ -80,3 +110,27 @@ class LayerState:
             else None
         )
         return {k: v for k, v in state.items() if not k.startswith(head)}
+
+
+class ServerVectorStrategy(FederatedStrategy):
+    """A strategy whose server state is one model-shaped vector (SCAFFOLD's c, FedDyn's h,
+    STEM's momentum, FedACG's m): checkpointed, its norm logged as `server_state_norm`."""
+
+    def server_vector(self) -> LayerState:
+        raise NotImplementedError
+
+    def forget_derived(self) -> None:
+        """Drop what was computed from the vector (a cached record or model) after a load."""
+
+    def round_metrics(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> dict[str, float]:
+        return {"server_state_norm": self.server_vector().norm()}
+
+    def state_dict(self) -> StrategyState:
+        return {**super().state_dict(), **self.server_vector().state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        rest = self.server_vector().take_state(state)
+        self.forget_derived()
+        super().load_state_dict(rest)

@@ -18,7 +18,7 @@ The client half is `client_app/algorithms/scaffold.py`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
@@ -27,8 +27,8 @@ from fl_system import protocol
 from fl_system.aggregation import weighted_average
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.layer_state import LayerState
+from server_app.strategies.base import ClientReply
+from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def _positive_int(name: str, value: object) -> int:
     return int(value)
 
 
-class Scaffold(FederatedStrategy):
+class Scaffold(ServerVectorStrategy):
     """Data-size (or FedDisco) weighted model average plus the global control variate c."""
 
     partial_work = True  # c_i uses the steps actually taken
@@ -82,19 +82,11 @@ class Scaffold(FederatedStrategy):
         self._c_record = None
         return new_model
 
-    def round_metrics(
-        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
-    ) -> dict[str, float]:
-        return {"server_state_norm": self.c.norm()}
+    def server_vector(self) -> LayerState:
+        return self.c
 
-    # ----- checkpointing -------------------------------------------------------------------
-    def state_dict(self) -> StrategyState:
-        return {**super().state_dict(), **self.c.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        rest = self.c.take_state(state)
+    def forget_derived(self) -> None:
         self._c_record = None
-        super().load_state_dict(rest)
 
 
 def _delta_c(

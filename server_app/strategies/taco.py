@@ -31,12 +31,12 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from fl_system import protocol
-from fl_system.aggregation import weighted_average
-from fl_system.taco import record_strikes, tailored_coefficients, tailored_weights
+from fl_system.aggregation import normalized_or_uniform, weighted_average
+from fl_system.taco import record_strikes, tailored_coefficients
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.layer_state import LayerState, float_layers
+from server_app.strategies.layer_state import LayerState, flat_uploads, float_layers
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +99,12 @@ class Taco(FederatedStrategy):
     def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:
         """alpha_i / sum alpha from this round's uploads (which also sets the alpha_i that
         clients correct with next round), or uniform without tailored aggregation."""
-        start = float_layers(plan.arrays)
-        uploads = np.stack([_flat_delta(start, plan.arrays.keys(), r.arrays) for r in replies])
-        alpha = tailored_coefficients(uploads)
+        alpha = tailored_coefficients(flat_uploads(plan.arrays, replies))
         self._round = {
             r.partition_id: (float(self.alpha[r.partition_id]), float(a))
             for r, a in zip(replies, alpha, strict=True)
         }
-        weights, self._fallback = tailored_weights(alpha)
+        weights, self._fallback = normalized_or_uniform(alpha)
         if self._fallback:
             log.warning(
                 "round %d: every alpha is 0 (no upload agrees with the mean); averaging uniformly",
@@ -202,15 +200,3 @@ class Taco(FederatedStrategy):
                 )
             setattr(self, name, value.copy())
         super().load_state_dict(rest)
-
-
-def _flat_delta(
-    start: Mapping[str, np.ndarray], names: Sequence[str], arrays: list[np.ndarray]
-) -> np.ndarray:
-    """Delta_i = w - w_i over the float layers, flattened, float64."""
-    parts = [
-        start[name].astype(np.float64).reshape(-1) - arr.astype(np.float64).reshape(-1)
-        for name, arr in zip(names, arrays, strict=True)
-        if name in start
-    ]
-    return np.concatenate(parts)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fl_system.aggregation import normalized_or_uniform
 from fl_system.taco import (
     correction_per_step,
     record_strikes,
     tailored_coefficients,
-    tailored_weights,
 )
 
 HAND = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]])
@@ -24,7 +24,7 @@ def test_alpha_of_the_spec_hand_example() -> None:
 
 
 def test_aggregated_step_of_the_spec_hand_example() -> None:
-    weights, fallback = tailored_weights(tailored_coefficients(HAND))
+    weights, fallback = normalized_or_uniform(tailored_coefficients(HAND))
     assert not fallback
     np.testing.assert_allclose(weights @ HAND, [0.649112, 1.133130, 0.431354], atol=5e-7)
 
@@ -34,7 +34,7 @@ def test_all_negative_cosines_fall_back_to_uniform_weights() -> None:
     are uniform (spec A5); one client alone has magnitude factor 0."""
     alpha = tailored_coefficients(np.array([[1.0, 2.0], [-1.0, -2.0]]))
     assert alpha.tolist() == [0.0, 0.0]
-    weights, fallback = tailored_weights(alpha)
+    weights, fallback = normalized_or_uniform(alpha)
     assert fallback and weights.tolist() == [0.5, 0.5]
     assert tailored_coefficients(np.array([[3.0, 4.0]])).tolist() == [0.0]
 

@@ -1,0 +1,69 @@
+"""FedACG (Kim et al., CVPR 2024), server half, as TACO spec 2 takes it from the authors' code.
+
+Server state: the momentum m (zeros at first). Each round the clients receive the lookahead
+model w_hat = w + lam m instead of w and train with FedProx's term (beta / 2)|w - w_hat|^2
+(the client half is FedProx's rule with mu = beta); then
+
+    delta <- sum_k p_k w_k - w_hat        p_k: data size (or an add-on's weights)
+    m     <- lam m + delta
+    w     <- w_hat + delta  (= w + m, the clients' average)
+
+The server evaluates w.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+from flwr.app import ArrayRecord, RecordDict
+
+from fl_system.aggregation import weighted_average
+from server_app.addons import ServerAddon
+from server_app.rounds import RoundPlan
+from server_app.strategies.base import ClientReply
+from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
+
+
+class FedAcg(ServerVectorStrategy):
+    """Clients start from the lookahead w + lam m; the momentum follows their average."""
+
+    def __init__(self, *, lam: float = 0.85, addons: Sequence[ServerAddon] = ()) -> None:
+        super().__init__(addons=addons)
+        if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0 <= lam < 1:
+            raise ValueError(f"algorithm.lam must be a number in [0, 1), got {lam!r}")
+        self.lam = float(lam)
+        self.momentum = LayerState("fedacg/m")
+        self._lookahead: tuple[ArrayRecord, ArrayRecord] | None = None  # (w, w_hat)
+
+    def lookahead(self, arrays: ArrayRecord) -> ArrayRecord:
+        """w_hat = w + lam m for the given w (cached per round)."""
+        if self._lookahead is not None and self._lookahead[0] is arrays:
+            return self._lookahead[1]
+        ahead = self.momentum.shifted(arrays, self.lam)
+        self._lookahead = (arrays, ahead)
+        return ahead
+
+    def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
+        return super().node_content(replace(plan, arrays=self.lookahead(plan.arrays)), partition_id)
+
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        new_model = weighted_average([r.arrays for r in replies], weights)
+        sent = self.lookahead(plan.arrays)
+        m = self.momentum.ensure(plan.arrays)
+        for name, layer in zip(plan.arrays.keys(), new_model, strict=True):
+            if name in m:
+                m[name] = self.lam * m[name] + (
+                    layer.astype(np.float64) - sent[name].numpy().astype(np.float64)
+                )
+        self._lookahead = None
+        return new_model
+
+    def server_vector(self) -> LayerState:
+        return self.momentum
+
+    def forget_derived(self) -> None:
+        self._lookahead = None

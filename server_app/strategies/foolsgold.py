@@ -1,0 +1,47 @@
+"""FoolsGold as TACO's paper runs it (TACO spec 2, [interp]): each client's model weighs by
+how well its upload agrees with the others'.
+
+    Delta_i = w - w_i,   rho_i = max(cos(Delta_i, mean_j Delta_j), 0)
+    w      <- sum_i rho_i w_i / sum_i rho_i        (uniform when every rho_i is 0)
+
+The paper's formula weighs by the cosine to the aggregate it is computing (circular); the
+unweighted mean of this round's uploads stands in for it, as the spec recommends. The
+original FoolsGold (Fung et al., RAID 2020: update histories, pairwise similarities,
+pardoning, logit) is a sybil defence and is not this. Clients train plain SGD (FedAvg's rule).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from fl_system.aggregation import cosines_to_mean, normalized_or_uniform, weighted_average
+from server_app.rounds import RoundPlan
+from server_app.strategies.base import ClientReply, FederatedStrategy
+from server_app.strategies.layer_state import flat_uploads
+
+log = logging.getLogger(__name__)
+
+
+class FoolsGold(FederatedStrategy):
+    """Cosine-to-the-mean weighted model average."""
+
+    _fallback = False  # whether this round's weights fell back to uniform
+
+    def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:
+        rho = np.maximum(cosines_to_mean(flat_uploads(plan.arrays, replies)), 0.0)
+        weights, self._fallback = normalized_or_uniform(rho)
+        if self._fallback:
+            log.warning("round %d: no upload agrees with the mean; averaging uniformly", plan.round)
+        return weights.tolist()
+
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        return weighted_average([r.arrays for r in replies], weights)
+
+    def round_metrics(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> dict[str, float]:
+        return {"foolsgold_uniform_fallback": int(self._fallback)}

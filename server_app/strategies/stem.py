@@ -1,0 +1,88 @@
+"""STEM (Khanduri et al., NeurIPS 2021), server half, as TACO spec 2 recommends.
+
+Server state: the momentum d, the weighted average of the clients' last momenta (none before
+the first round). Each round
+
+    sent down:  the global model w and d (`protocol.STEM_MOMENTUM`, from the second round)
+    sent up:    the local model w_k and its momentum d_k at that model
+    w <- sum_k p_k w_k,   d <- sum_k p_k d_k       p_k: data size (or an add-on's weights)
+
+A reply without a usable momentum still contributes its model; the momentum is averaged over
+the replies that have one (weights renormalised) and a warning names the others. The client
+half is `client_app/algorithms/stem.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord, RecordDict
+
+from fl_system import protocol
+from fl_system.aggregation import weighted_average
+from server_app.addons import ServerAddon
+from server_app.rounds import RoundPlan
+from server_app.strategies.base import ClientReply
+from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
+
+log = logging.getLogger(__name__)
+
+
+class Stem(ServerVectorStrategy):
+    """Model and momentum averaged with the same weights."""
+
+    def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
+        super().__init__(addons=addons)
+        self.momentum = LayerState("stem/d")
+
+    def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
+        content = super().node_content(plan, partition_id)
+        if self.momentum.values is not None:
+            content[protocol.STEM_MOMENTUM] = self.momentum.record(plan.arrays)
+        return content
+
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        new_model = weighted_average([r.arrays for r in replies], weights)
+        usable, kept = [], []
+        for r, w in zip(replies, weights, strict=True):
+            momentum, problem = _momentum(r, plan.arrays)
+            if problem is None:
+                usable.append(momentum)
+                kept.append(w)
+            else:
+                log.warning(
+                    "round %d: partition %d: %s; its model is averaged, the momentum without it",
+                    plan.round,
+                    r.partition_id,
+                    problem,
+                )
+        if usable:
+            names = list(usable[0])
+            average = weighted_average([[m[k] for k in names] for m in usable], kept)
+            values = self.momentum.ensure(plan.arrays)
+            for name, v in zip(names, average, strict=True):
+                values[name] = v
+        return new_model
+
+    def server_vector(self) -> LayerState:
+        return self.momentum
+
+
+def _momentum(reply: ClientReply, model: ArrayRecord) -> tuple[dict[str, np.ndarray], str | None]:
+    """The reply's momentum as float64 arrays by layer name, or why it cannot be used."""
+    record = reply.content.array_records.get(protocol.STEM_MOMENTUM)
+    if record is None:
+        return {}, f"reply lacks ArrayRecord '{protocol.STEM_MOMENTUM}'"
+    out = {}
+    for name in record:
+        if name not in model:
+            return {}, f"momentum has layer '{name}' that the model does not have"
+        arr = record[name].numpy().astype(np.float64)
+        if arr.shape != model[name].numpy().shape or not np.all(np.isfinite(arr)):
+            return {}, f"momentum layer '{name}' does not fit the model or is not finite"
+        out[name] = arr
+    return out, None
