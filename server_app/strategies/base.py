@@ -102,8 +102,16 @@ class FederatedStrategy:
             return RoundResult(None, dict(plan.metrics), failures, 0)
         weights = self.aggregation_weights(plan, ok)
         new_arrays = self.aggregate(plan, ok, weights)
+        seconds = [
+            float(r.metrics[protocol.COMPUTE_SECONDS])
+            for r in ok
+            if protocol.COMPUTE_SECONDS in r.metrics
+        ]
         metrics = {
             "train_loss": reply_mean(ok, protocol.TRAIN_LOSS),
+            # local training time: the slowest client sets the round's pace (TACO spec 5)
+            "compute_seconds_max": max(seconds, default=float("nan")),
+            "compute_seconds_total": sum(seconds),
             **{f"weight_{r.partition_id}": float(w) for r, w in zip(ok, weights, strict=True)},
             **plan.metrics,
             **self.round_metrics(plan, ok, weights),
