@@ -158,6 +158,7 @@ class Taco(FederatedStrategy):
             metrics[f"alpha_{pid}"] = new
             metrics[f"correction_{pid}"] = 1.0 - sent
         metrics["alpha_mean"] = float(np.mean([new for _, new in self._round.values()]))
+        metrics["flagged"] = sum(new >= self.kappa for _, new in self._round.values())
         metrics["taco_uniform_fallback"] = int(self._fallback)
         metrics["expelled"] = len(self.excluded())
         metrics["expelled_now"] = " ".join(

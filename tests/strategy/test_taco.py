@@ -95,6 +95,7 @@ def test_expelled_after_exactly_lam_strikes_then_refused_and_never_sampled() -> 
     strategy = _taco(kappa=0.55, lam=2)
     first = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=1)
     assert strategy.excluded() == frozenset() and first.metrics["expelled"] == 0
+    assert first.metrics["flagged"] == 1
     second = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=2)
     assert strategy.excluded() == frozenset({2})
     assert second.metrics["expelled"] == 1 and second.metrics["expelled_now"] == "2"
