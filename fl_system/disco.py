@@ -2,7 +2,9 @@
 
 p_k = ReLU(n_k - a * d_k + b) / sum_m ReLU(n_m - a * d_m + b), with n_k the participants'
 data shares and d_k the distance of client k's label distribution from a target T
-(Ye et al., ICML 2023, Eq. 3; normalisation of d over participants from the authors' code).
+(Ye et al., ICML 2023, Eq. 3). The authors' code divides d by its sum over the round's
+participants for the KL metric only and uses L1, L2 and cosine distances raw; `auto` follows
+it per metric, `sum` and `none` force one convention for every metric.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 METRICS = ("kl", "l1", "l2", "cosine")
-NORMALIZATIONS = ("sum", "none")
+NORMALIZATIONS = ("auto", "sum", "none")
 
 
 def label_distribution(counts: Sequence[float]) -> np.ndarray:
@@ -46,6 +48,15 @@ def discrepancy(dist: np.ndarray, target: np.ndarray, metric: str = "kl") -> flo
     raise ValueError(f"unknown discrepancy metric '{metric}'; choose one of {', '.join(METRICS)}")
 
 
+def normalization_for(metric: str, normalize_d: str = "auto") -> str:
+    """'sum' or 'none' for this metric: `auto` is the authors' choice (sum for KL only)."""
+    if normalize_d not in NORMALIZATIONS:
+        raise ValueError(f"normalize_d must be one of {NORMALIZATIONS}, got '{normalize_d}'")
+    if normalize_d != "auto":
+        return normalize_d
+    return "sum" if metric == "kl" else "none"
+
+
 def disco_weights(
     sizes: Sequence[float],
     raw_d: Sequence[float],
@@ -66,7 +77,7 @@ def disco_weights(
         total = d.sum()
         d = d / total if total > 0 else np.zeros_like(d)
     elif normalize_d != "none":
-        raise ValueError(f"normalize_d must be one of {NORMALIZATIONS}, got '{normalize_d}'")
+        raise ValueError(f"normalize_d must be 'sum' or 'none', got '{normalize_d}'")
     s = np.maximum(n - a * d + b, 0.0)
     if s.sum() <= 0:
         return n, True

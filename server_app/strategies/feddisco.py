@@ -17,7 +17,13 @@ import numpy as np
 from flwr.app import MetricRecord
 
 from fl_system import protocol
-from fl_system.disco import METRICS, NORMALIZATIONS, disco_weights, label_distribution
+from fl_system.disco import (
+    METRICS,
+    NORMALIZATIONS,
+    disco_weights,
+    label_distribution,
+    normalization_for,
+)
 from server_app.addons import ServerAddon
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.replies import ClientReply
@@ -38,7 +44,7 @@ class DiscoWeighting(ServerAddon):
         a: float = 0.5,
         b: float = 0.1,
         metric: str = "kl",
-        normalize_d: str = "sum",
+        normalize_d: str = "auto",
         target: str = "uniform",
     ) -> None:
         if not (isinstance(a, int | float) and a >= 0):
@@ -54,7 +60,8 @@ class DiscoWeighting(ServerAddon):
         if target not in TARGETS:
             raise ValueError(f"disco.target must be one of {', '.join(TARGETS)}, got '{target}'")
         self.a, self.b = float(a), float(b)
-        self.metric, self.normalize_d, self.target = metric, normalize_d, target
+        self.metric, self.target = metric, target
+        self.normalize_d = normalization_for(metric, normalize_d)  # "sum" or "none"
         self.d_by_partition: dict[int, float] = {}
         self.counts_by_partition: dict[int, np.ndarray] = {}
 

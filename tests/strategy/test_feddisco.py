@@ -34,6 +34,20 @@ def test_counts_vector_gives_the_spec_weights_in_a_round() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("normalize_d", "p"),
+    [
+        ({}, [0.483444, 0.516556, 0.0]),  # the default follows the authors: L1 raw
+        ({"normalize_d": "sum"}, [0.484848, 0.295455, 0.219697]),
+    ],
+)
+def test_l1_distances_are_used_raw_unless_sum_is_asked_for(normalize_d: dict, p) -> None:
+    # the same counts, L1 to uniform: 2/3, 0, 4/3
+    replies = [_reply(0, 1.0, 100, 2 / 3), _reply(1, 2.0, 30, 0.0), _reply(2, 4.0, 90, 4 / 3)]
+    result = aggregate(FedDisco(addons=[DiscoWeighting(metric="l1", **normalize_d)]), replies)
+    np.testing.assert_allclose([result.metrics[f"weight_{k}"] for k in range(3)], p, atol=5e-7)
+
+
 def test_a_zero_b_zero_equals_fedavg() -> None:
     replies = [_reply(0, 1.0, 10, 0.7), _reply(1, 3.0, 30, 0.1)]
     disco = aggregate(FedAvg(addons=[DiscoWeighting(a=0, b=0)]), replies).arrays

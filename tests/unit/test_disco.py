@@ -9,6 +9,7 @@ from fl_system.disco import (
     disco_weights,
     discrepancy,
     label_distribution,
+    normalization_for,
     uniform_target,
 )
 
@@ -30,6 +31,30 @@ def test_unnormalised_l2_vector() -> None:
     np.testing.assert_allclose(d, [0.408248, 0.0, 0.816497], atol=5e-7)
     p, _ = disco_weights([sum(c) for c in COUNTS], d, a=0.5, b=0.1, normalize_d="none")
     np.testing.assert_allclose(p, [0.509609, 0.343738, 0.146653], atol=5e-7)
+
+
+@pytest.mark.parametrize(
+    ("normalize_d", "expected"),
+    [
+        ("auto", [0.483444, 0.516556, 0.0]),  # the authors' code: L1 distances raw
+        ("sum", [0.484848, 0.295455, 0.219697]),  # d over the participants sums to one
+    ],
+)
+def test_l1_vector_under_each_normalisation(normalize_d: str, expected: list[float]) -> None:
+    d = _d(COUNTS, "l1")
+    np.testing.assert_allclose(d, [2 / 3, 0.0, 4 / 3], atol=1e-12)
+    mode = normalization_for("l1", normalize_d)
+    p, _ = disco_weights([sum(c) for c in COUNTS], d, a=0.5, b=0.1, normalize_d=mode)
+    np.testing.assert_allclose(p, expected, atol=5e-7)
+
+
+@pytest.mark.parametrize(
+    ("metric", "mode"), [("kl", "sum"), ("l1", "none"), ("l2", "none"), ("cosine", "none")]
+)
+def test_auto_follows_the_authors_per_metric(metric: str, mode: str) -> None:
+    assert normalization_for(metric) == mode
+    assert normalization_for(metric, "sum") == "sum"
+    assert normalization_for(metric, "none") == "none"
 
 
 def _niid2_counts() -> list[list[int]]:
