@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 
 from fl_system import protocol
 from server_app.rounds import Exchange, RoundPlan, RoundResult
@@ -14,7 +22,7 @@ from server_app.strategies.base import FederatedStrategy
 
 def reply(
     node_id: int,
-    arrays: list[np.ndarray],
+    arrays: list[np.ndarray] | Mapping[str, np.ndarray],
     *,
     partition_id: int,
     num_examples: int,
@@ -23,7 +31,8 @@ def reply(
     metrics: Mapping[str, float] | None = None,
 ) -> Message:
     """A successful train reply from `node_id` carrying `arrays`, the standard metrics and
-    `metrics`."""
+    `metrics`. A list of arrays takes the layer names of the model it answers when it reaches
+    `aggregate` or `drive` (as a ClientApp's state dict would); a mapping keeps its names."""
     sent = Message(
         RecordDict({protocol.CONFIG: ConfigRecord({protocol.SERVER_ROUND: 1})}),
         dst_node_id=node_id,
@@ -31,7 +40,11 @@ def reply(
     )
     content = RecordDict(
         {
-            protocol.ARRAYS: ArrayRecord.from_numpy_ndarrays(arrays),
+            protocol.ARRAYS: (
+                ArrayRecord({k: Array(v) for k, v in arrays.items()})
+                if isinstance(arrays, Mapping)
+                else ArrayRecord.from_numpy_ndarrays(arrays)
+            ),
             protocol.METRICS: MetricRecord(
                 {
                     protocol.PARTITION_ID: partition_id,
@@ -68,7 +81,23 @@ def aggregate(
 ) -> RoundResult:
     """The strategy's result for training `replies` of a round that sent `arrays`."""
     nodes = {m.metadata.src_node_id: 0 for m in replies}
-    return strategy.finish_round(plan(nodes, arrays, rnd), replies)
+    return strategy.finish_round(plan(nodes, arrays, rnd), _named(replies, arrays))
+
+
+def _named(replies: list[Message], model: ArrayRecord | None) -> list[Message]:
+    """Replies whose arrays are positional ('0', '1', ...) take the layer names of `model`."""
+    if not model:
+        return replies
+    for m in replies:
+        if not m.has_content():
+            continue
+        record = m.content.array_records.get(protocol.ARRAYS)
+        positional = [str(i) for i in range(len(model))]
+        if record is not None and list(record.keys()) == positional:
+            m.content[protocol.ARRAYS] = ArrayRecord(
+                {name: record[str(i)] for i, name in enumerate(model.keys())}
+            )
+    return replies
 
 
 def drive(
@@ -83,6 +112,6 @@ def drive(
         step = next(steps)
         while True:
             sent.append(step)
-            step = steps.send(answer(step))
+            step = steps.send(_named(answer(step), round_plan.arrays))
     except StopIteration as done:
         return done.value, sent

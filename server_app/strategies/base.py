@@ -85,7 +85,7 @@ class FederatedStrategy:
     # ----- receiving -----------------------------------------------------------------------
     def finish_round(self, plan: RoundPlan, replies: Sequence[Message]) -> RoundResult:
         """Validate the training replies and aggregate the usable ones."""
-        unpacked, failures = unpack_replies(replies)
+        unpacked, failures = unpack_replies(replies, plan.arrays)
         ok = []
         for reply in unpacked:
             problem = self.reject(reply)

@@ -86,13 +86,7 @@ class FedDyn(ServerVectorStrategy):
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
         sent = self.cloud_model(plan.arrays)  # theta_t: what the clients received
-        names = list(sent.keys())
-        for r in replies:
-            if len(r.arrays) != len(names):
-                raise ValueError(
-                    f"feddyn: partition {r.partition_id} sent {len(r.arrays)} layers, "
-                    f"the model has {len(names)}"
-                )
+        names = list(sent.keys())  # every reply has these layers (`unpack_replies` checks)
         theta_avg = weighted_average([r.arrays for r in replies], weights)
         h = self.h.ensure(sent)
         scale = self.alpha / self.num_clients

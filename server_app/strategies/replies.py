@@ -24,8 +24,38 @@ class ClientReply:
     content: RecordDict
 
 
-def unpack_replies(replies: Iterable[Message]) -> tuple[list[ClientReply], list[ClientFailure]]:
-    """Split replies into usable ones (sorted by partition id) and failures with a reason."""
+def layout_problem(expected: ArrayRecord, got: ArrayRecord) -> str | None:
+    """Why a reply's model cannot be averaged with the global model: its layers must have the
+    same names in the same order, shapes and dtypes (None: they do)."""
+    if list(got.keys()) != list(expected.keys()):
+        missing = [k for k in expected if k not in got]
+        extra = [k for k in got if k not in expected]
+        if not missing and not extra:
+            return "model layers are in another order than the global model's"
+        return (
+            "model layers differ from the global model's"
+            + (f": missing {missing}" if missing else "")
+            + (f"{';' if missing else ':'} unexpected {extra}" if extra else "")
+        )
+    for name in expected:
+        want, have = expected[name], got[name]
+        if tuple(have.shape) != tuple(want.shape):
+            return (
+                f"layer '{name}' has shape {tuple(have.shape)}, "
+                f"the global model's {tuple(want.shape)}"
+            )
+        if have.dtype != want.dtype:
+            return f"layer '{name}' has dtype {have.dtype}, the global model's {want.dtype}"
+    return None
+
+
+def unpack_replies(
+    replies: Iterable[Message], expected: ArrayRecord | None = None
+) -> tuple[list[ClientReply], list[ClientFailure]]:
+    """Split replies into usable ones (sorted by partition id) and failures with a reason.
+
+    With `expected` (the model that was sent), a reply whose model does not match its layout
+    is a failure: averaging it would broadcast or reinterpret layers silently."""
     ok: list[ClientReply] = []
     failed: list[ClientFailure] = []
     for msg in replies:
@@ -57,6 +87,12 @@ def unpack_replies(replies: Iterable[Message]) -> tuple[list[ClientReply], list[
         if missing:
             failed.append(ClientFailure(node, "reply lacks " + ", ".join(missing)))
             continue
+        if expected:
+            problem = layout_problem(expected, arrays)
+            if problem is not None:
+                pid = metrics[protocol.PARTITION_ID]
+                failed.append(ClientFailure(node, f"partition {pid}: {problem}"))
+                continue
         layers = arrays.to_numpy_ndarrays()
         broken = [name for name, a in zip(arrays, layers, strict=True) if not np.isfinite(a).all()]
         if broken:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 
 from fl_system import protocol
@@ -126,3 +126,61 @@ def test_train_messages_are_per_node_and_keep_layer_names() -> None:
 def test_stateless_strategy_rejects_foreign_state() -> None:
     with pytest.raises(ValueError, match="does not keep state"):
         FedAvg().load_state_dict({"c": np.zeros(1)})
+
+
+def _model() -> ArrayRecord:
+    return ArrayRecord(
+        {
+            "w": Array(np.array([0.0, 0.0], np.float32)),
+            "bn.num_batches_tracked": Array(np.array(7, np.int64)),
+        }
+    )
+
+
+def _layers(w: list[float], dtype=np.float32, steps: int = 7, **extra) -> dict:
+    return {"w": np.array(w, dtype), "bn.num_batches_tracked": np.array(steps, np.int64), **extra}
+
+
+@pytest.mark.parametrize(
+    ("layers", "reason"),
+    [
+        (_layers([1.0]), "layer 'w' has shape (1,), the global model's (2,)"),
+        (
+            _layers([1.0, 1.0], np.float64),
+            "layer 'w' has dtype float64, the global model's float32",
+        ),
+        (
+            {"w": np.array([1.0, 1.0], np.float32)},
+            "model layers differ from the global model's: missing ['bn.num_batches_tracked']",
+        ),
+        (
+            _layers([1.0, 1.0], extra=np.zeros(1, np.float32)),
+            "model layers differ from the global model's: unexpected ['extra']",
+        ),
+        (
+            {"bn.num_batches_tracked": np.array(7, np.int64), "w": np.ones(2, np.float32)},
+            "model layers are in another order than the global model's",
+        ),
+    ],
+)
+def test_a_reply_that_does_not_match_the_model_is_refused_and_the_round_goes_on(
+    layers: dict, reason: str
+) -> None:
+    good = reply(101, _layers([2.0, 4.0]), partition_id=0, num_examples=10)
+    bad = reply(102, layers, partition_id=1, num_examples=10)
+    result = aggregate(FedAvg(), [good, bad], arrays=_model())
+    assert result.participants == 1
+    assert [f.reason for f in result.failures] == [f"partition 1: {reason}"]
+    assert result.arrays["w"].numpy().tolist() == [2.0, 4.0]
+
+
+def test_integer_buffers_keep_the_first_replys_value() -> None:
+    """Counters cannot be averaged: the first usable reply's value is kept (documented in
+    `fl_system.aggregation.weighted_average`)."""
+    replies = [
+        reply(101, _layers([2.0, 4.0], steps=9), partition_id=0, num_examples=10),
+        reply(102, _layers([4.0, 8.0], steps=12), partition_id=1, num_examples=30),
+    ]
+    result = aggregate(FedAvg(), replies, arrays=_model())
+    assert result.arrays["w"].numpy().tolist() == [3.5, 7.0]
+    assert int(result.arrays["bn.num_batches_tracked"].numpy()) == 9

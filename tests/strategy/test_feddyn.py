@@ -113,10 +113,12 @@ def test_state_dict_round_trip_gives_the_same_cloud_model() -> None:
         FedDyn(alpha=0.5, num_clients=4).load_state_dict({"scaffold/c/x": np.zeros(1)})
 
 
-def test_a_reply_with_other_layers_is_an_error() -> None:
-    one_layer = reply(1, [np.zeros(2, np.float32)], partition_id=0, num_examples=1)
-    with pytest.raises(ValueError, match="partition 0 sent 1 layers, the model has 2"):
-        aggregate(FedDyn(alpha=0.1, num_clients=2), [one_layer], arrays=_record([0.0, 0.0]))
+def test_a_reply_with_other_layers_is_refused_before_the_update() -> None:
+    strategy = FedDyn(alpha=0.1, num_clients=2)
+    one_layer = reply(1, {"w": np.zeros(2, np.float32)}, partition_id=0, num_examples=1)
+    result = aggregate(strategy, [one_layer], arrays=_record([0.0, 0.0]))
+    assert result.arrays is None and strategy.h.values is None
+    assert result.failures[0].reason.startswith("partition 0: model layers differ")
 
 
 @pytest.mark.parametrize(
