@@ -20,8 +20,10 @@ def evaluate(
     correct = 0
     loss = 0.0
     for start in range(0, len(x), batch_size):
-        xb = torch.as_tensor(x[start : start + batch_size]).to(device)
-        yb = torch.as_tensor(y[start : start + batch_size], dtype=torch.long).to(device)
+        # torch.tensor copies: the loaded splits are read-only (frozen in the cache), and a
+        # tensor sharing their memory could write into them
+        xb = torch.tensor(x[start : start + batch_size], device=device)
+        yb = torch.tensor(y[start : start + batch_size], dtype=torch.long, device=device)
         logits = model(xb)
         loss += float(loss_fn(logits, yb))
         correct += int((logits.argmax(dim=1) == yb).sum())
