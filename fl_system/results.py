@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for secrets; results are not
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -53,6 +55,19 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _column_order(name: str) -> tuple[str, int]:
+    """Columns by name, a trailing number read as a number: weight_2 before weight_10."""
+    found = re.fullmatch(r"(.*?)(\d+)", name)
+    return (found.group(1), int(found.group(2))) if found else (name, -1)
 
 
 def _cell(value: Cell) -> str:
@@ -112,7 +127,7 @@ class MetricsLog:
     def _columns_for(self, keys: Iterable[str]) -> list[str]:
         extras = {k for k in keys if k not in METRIC_COLUMNS}
         extras.update(c for c in self._columns if c not in METRIC_COLUMNS)
-        return [*METRIC_COLUMNS, *sorted(extras)]
+        return [*METRIC_COLUMNS, *sorted(extras, key=_column_order)]
 
     def _rewrite(self, rows: Sequence[Mapping[str, str]], columns: list[str]) -> None:
         buffer = io.StringIO(newline="")
@@ -162,13 +177,15 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
         "bytes_up": sum(_count(r.get("bytes_up")) for r in rows),
         "bytes_down": sum(_count(r.get("bytes_down")) for r in rows),
         "wall_seconds": _number(rows[-1].get("wall_seconds")) if rows else None,
-        "mean_last10_accuracy": None,
+        "mean_last10_accuracy": None,  # over the last 10 evaluations, or all if fewer:
+        "mean_last10_evaluations": 0,  # how many went into it
     }
     if evaluated:
         best = max(evaluated, key=lambda item: item[1])  # max keeps the earliest tie
         summary["best_accuracy"], summary["best_round"] = best[1], best[0]
         last10 = [acc for _, acc, _ in evaluated[-10:]]
         summary["mean_last10_accuracy"] = sum(last10) / len(last10)
+        summary["mean_last10_evaluations"] = len(last10)
     if rows and "update_bytes_up" in rows[0]:  # compression.up: the updates, and the rest
         summary["update_bytes_up"] = sum(_count(r.get("update_bytes_up")) for r in rows)
         summary["other_bytes_up"] = summary["bytes_up"] - summary["update_bytes_up"]

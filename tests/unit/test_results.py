@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +158,7 @@ def test_summarize_target_reached() -> None:
         "bytes_down": 1000,
         "wall_seconds": 7.5,
         "mean_last10_accuracy": pytest.approx((0.40 + 0.55 + 0.50) / 3),
+        "mean_last10_evaluations": 3,
     }
 
 
@@ -173,6 +176,7 @@ def test_summarize_last10_uses_last_ten_evaluations_and_earliest_best() -> None:
     rows.append({"round": "13", "test_accuracy": "0.12"})  # ties the best, later
     summary = summarize(rows, target_accuracy=None)
     assert summary["mean_last10_accuracy"] == pytest.approx(0.084)  # rounds 4..13
+    assert summary["mean_last10_evaluations"] == 10
     assert (summary["best_accuracy"], summary["best_round"]) == (0.12, 12)
     assert summary["wall_seconds"] is None
     assert (summary["bytes_up"], summary["bytes_down"]) == (0, 0)
@@ -231,3 +235,24 @@ def test_summarize_splits_compressed_uploads_into_updates_and_the_rest() -> None
     assert summary["other_bytes_up"] == 400 - 260
     assert (summary["update_bits_naive"], summary["update_bits_golomb"]) == (1950, 1000)
     assert "update_bytes_up" not in summarize(_hand_rows(), target_accuracy=None)
+
+
+def test_partition_columns_follow_the_number_not_the_text(tmp_path: Path) -> None:
+    log = MetricsLog(tmp_path / "metrics.csv")
+    log.append(_row(1, 0.5, **{f"weight_{p}": 0.1 for p in (10, 2, 1, 0, 11)}, alpha_mean=0.3))
+    extras = log.columns[len(METRIC_COLUMNS) :]
+    assert extras == ["alpha_mean", "weight_0", "weight_1", "weight_2", "weight_10", "weight_11"]
+
+
+def test_results_take_the_users_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        log = MetricsLog(tmp_path / "metrics.csv")
+        log.append(_row(1, 0.5))
+        log.append(_row(2, 0.6, extra=1))  # widening rewrites the file atomically
+        write_summary(tmp_path / "summary.json", summarize(log.rows(), target_accuracy=None))
+        plot_curve(log.rows(), tmp_path / "curve.png", title="t")
+    finally:
+        os.umask(previous)
+    for name in ("metrics.csv", "summary.json", "curve.png"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o640, name
