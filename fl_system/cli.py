@@ -15,7 +15,7 @@ from fl_system.checkpoint import CheckpointError
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError
-from fl_system.overrides import mounted_groups, rewrite
+from fl_system.overrides import check_choices, check_keys, mounted_groups, rewrite
 from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError
@@ -81,7 +81,10 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        check_choices(sys.argv[1:], CONF_DIR)
         sys.argv[1:] = rewrite(sys.argv[1:], mounted_groups(CONF_DIR), CONF_DIR)
+        if not any(a.startswith("-") for a in sys.argv[1:]):  # one run: compose it here first
+            check_keys(sys.argv[1:], CONF_DIR)
     except ValueError as err:
         _fail(str(err), EXIT_BAD_INPUT)
     try:

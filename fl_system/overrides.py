@@ -1,16 +1,23 @@
-"""Command-line names for config groups mounted at a package of their own.
+"""The command line before Hydra sees it: group names users type, and one-line errors.
 
 `compression.up` is filled from the `codec` group (`codec@compression.up` in config.yaml's
 defaults list). Hydra's own syntax to choose its option is `codec@compression.up=st`; the
 name users type is `compression.up=st`, so `fl-run` rewrites such overrides before Hydra sees
 them. `compression.up.q=0.05` (a value inside the chosen option) needs no rewrite.
+
+Hydra reports an unknown option or key with several lines and exit 1; `check_choices` and
+`check_keys` say the same in one line naming the key and what it can be (fl-run exits 2).
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 
@@ -41,3 +48,76 @@ def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) ->
             raise ValueError(f"{key}={value}: no such option; choose one of {', '.join(options)}")
         out.append(f"{mounts[key]}@{key}={value}")
     return out
+
+
+def chosen_groups(conf_dir: Path) -> dict[str, str | None]:
+    """{group: default option} of the groups config.yaml chooses by their own name
+    (`algorithm: fedavg`; not mounted ones, not Hydra's)."""
+    defaults = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml")).get("defaults", [])
+    groups = {}
+    for entry in defaults:
+        if isinstance(entry, dict):
+            for key, value in entry.items():
+                if "@" not in str(key) and " " not in str(key) and (conf_dir / key).is_dir():
+                    groups[str(key)] = value
+    return groups
+
+
+def options(conf_dir: Path, group: str) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+
+
+def check_choices(overrides: Sequence[str], conf_dir: Path) -> None:
+    """`group=option` (or a sweep `group=a,b`) names options the group has; else ValueError
+    naming the key and the choices."""
+    groups = chosen_groups(conf_dir)
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        if not eq or key not in groups or "(" in value:
+            continue
+        known = options(conf_dir, key)
+        for choice in (v.strip() for v in value.split(",")):
+            if choice not in known:
+                raise ValueError(
+                    f"{key}={choice}: no such option; choose one of {', '.join(known)}"
+                )
+
+
+_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
+
+
+def check_keys(overrides: Sequence[str], conf_dir: Path) -> None:
+    """Compose the config once; a key it does not have raises ValueError saying which group
+    option has it, or which keys are close (Hydra's own message otherwise)."""
+    plain = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            compose("config", overrides=plain)
+    except ConfigCompositionException as err:
+        found = _NOT_IN_STRUCT.search(str(err))
+        if found is None:
+            raise ValueError(str(err).splitlines()[0]) from None
+        raise ValueError(_unknown_key(found.group(1), plain, conf_dir)) from None
+
+
+def _unknown_key(key: str, overrides: Sequence[str], conf_dir: Path) -> str:
+    group, _, setting = key.partition(".")
+    groups = chosen_groups(conf_dir)
+    if group in groups and setting:
+        chosen = (
+            next((o.partition("=")[2] for o in overrides if o.partition("=")[0] == group), None)
+            or groups[group]
+        )
+        first = setting.split(".")[0]
+        having = [
+            name
+            for name in options(conf_dir, group)
+            if first in (OmegaConf.load(conf_dir / group / f"{name}.yaml") or {})
+        ]
+        verb = "has" if len(having) == 1 else "have"
+        where = f"; {' and '.join(f'{group}={h}' for h in having)} {verb} it" if having else ""
+        return f"{key}: {group}={chosen} has no setting '{first}'{where}"
+    cfg = OmegaConf.load(conf_dir / "config.yaml")
+    near = difflib.get_close_matches(key.split(".")[0], [str(k) for k in cfg], n=3)
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    return f"{key}: no such setting{hint} (+{key}=... adds a new one)"

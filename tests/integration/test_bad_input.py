@@ -102,13 +102,22 @@ def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> 
     assert not (tmp_path / "run" / "logs").exists()  # nothing was started
 
 
-@pytest.mark.parametrize("group", ["dataset", "algorithm"])
-def test_unknown_names_list_the_options(group: str, tmp_path: Path, cli_env) -> None:
-    result = run_cli([f"{group}=nonesuch", f"hydra.run.dir={tmp_path}"], cli_env, timeout=120)
-    assert result.returncode != 0
-    assert f"Could not find '{group}/nonesuch'" in result.stderr
-    assert f"Available options in '{group}'" in result.stderr
-    assert "Traceback" not in result.stderr
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["dataset=nonesuch"], "dataset=nonesuch: no such option; choose one of cifar10,"),
+        (["algorithm=nonesuch"], "algorithm=nonesuch: no such option; choose one of efl,"),
+        (["partition.alpha=-1"], "partition.alpha: partition=iid has no setting 'alpha'"),
+    ],
+)
+def test_unknown_names_are_one_line_with_the_choices(
+    args: list[str], expected: str, tmp_path: Path, cli_env
+) -> None:
+    result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"fl-run: error: {result.stderr[15:].strip()}"]
+    assert result.stderr.startswith(f"fl-run: error: {expected}")
+    assert not (tmp_path / "run").exists()
 
 
 def test_corrupt_checkpoint_with_resume(tmp_path: Path, cli_env) -> None:

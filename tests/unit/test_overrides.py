@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
 from fl_system.experiment import build_compression
-from fl_system.overrides import mounted_groups, rewrite
+from fl_system.overrides import check_choices, check_keys, mounted_groups, rewrite
 
 
 def test_mounted_groups_come_from_config_yaml() -> None:
@@ -35,3 +35,54 @@ def test_the_default_codec_sends_models_as_they_are() -> None:
 def test_an_unknown_option_names_the_key_and_the_choices() -> None:
     with pytest.raises(ValueError, match=r"compression\.up=zip: no such option; choose one of"):
         rewrite(["compression.up=zip"], mounted_groups(CONF_DIR), CONF_DIR)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm=nosuch"], "algorithm=nosuch: no such option; choose one of efl, fedacg,"),
+        (["seed=1", "dataset=mnist5k,cifar11"], "dataset=cifar11: no such option; choose one"),
+    ],
+)
+def test_an_unknown_group_option_is_one_line_with_the_choices(overrides, message) -> None:
+    with pytest.raises(ValueError) as err:
+        check_choices(overrides, CONF_DIR)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_known_options_and_sweeps_pass() -> None:
+    check_choices(["algorithm=fedavg,fedprox", "dataset=digits", "num_rounds=3"], CONF_DIR)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["partition.alpha=-1"],
+            "partition.alpha: partition=iid has no setting 'alpha'; partition=dirichlet has it",
+        ),
+        (
+            ["algorithm.mu=0.1"],
+            "algorithm.mu: algorithm=fedavg has no setting 'mu'; "
+            "algorithm=fedprox and algorithm=moon have it",
+        ),
+        (["num_roundz=3"], "num_roundz: no such setting; did you mean num_rounds?"),
+    ],
+)
+def test_a_key_the_config_lacks_says_where_it_lives(overrides, message) -> None:
+    with pytest.raises(ValueError) as err:
+        check_keys(overrides, CONF_DIR)
+    assert str(err.value).startswith(message)
+
+
+def test_keys_of_the_chosen_options_pass() -> None:
+    check_keys(
+        [
+            "partition=dirichlet",
+            "partition.alpha=0.3",
+            "algorithm=fedprox",
+            "algorithm.mu=0.1",
+            "hydra.run.dir=/nowhere",
+        ],
+        CONF_DIR,
+    )
