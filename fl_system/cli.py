@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -43,8 +44,10 @@ def run_experiment(cfg: DictConfig) -> dict:
         preflight(cfg, paths)
         runtime = build(cfg.runtime)
     except (ConfigError, DataError, PartitionError, CheckpointError, LaunchError) as err:
+        _discard_unused(paths.root)
         _fail(str(err), EXIT_BAD_INPUT)
     except ValueError as err:  # a component rejected its own arguments
+        _discard_unused(paths.root)
         _fail(f"invalid configuration: {err}", EXIT_BAD_INPUT)
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.config.write_text(OmegaConf.to_yaml(cfg))
@@ -62,6 +65,23 @@ def run_experiment(cfg: DictConfig) -> dict:
         flush=True,
     )
     return summary
+
+
+def _discard_unused(root: Path) -> None:
+    """A run that failed validation leaves nothing behind: Hydra made its directory (and
+    `.hydra` in it) before any check ran. Remove it if that is all it holds, and the parents
+    Hydra made for it (outputs/<date>) while they are empty and inside the working folder."""
+    if not root.is_dir() or {p.name for p in root.iterdir()} - {".hydra"}:
+        return
+    shutil.rmtree(root)
+    here = Path.cwd().resolve()
+    for parent in root.parents:
+        if parent == here or here not in parent.parents:
+            break
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: other runs live there
+            break
 
 
 def _fmt(value: float | None) -> str:

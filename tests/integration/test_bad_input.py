@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import QUICK, run_cli
+from tests.integration.conftest import FL_RUN, QUICK, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +100,7 @@ def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> 
     errors = _error_lines(result.stderr)
     assert len(errors) == 1 and expected in errors[0], result.stderr
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "run" / "logs").exists()  # nothing was started
+    assert not (tmp_path / "run").exists()  # nothing was started, nothing left behind
 
 
 @pytest.mark.parametrize(
@@ -157,3 +158,24 @@ def test_an_unreachable_superlink_gives_up_after_the_countdown(tmp_path: Path, c
         "fl-run: error: SuperLink Control API: cannot reach 127.0.0.1:1 after 3 s "
         "(Connection refused); check the address and port, that the server runs, and the firewall"
     ]
+
+
+def test_a_run_refused_by_validation_leaves_no_outputs_folder(tmp_path: Path, cli_env) -> None:
+    """The default run directory (outputs/<date>/<time>-...) is made by Hydra before any check:
+    it goes again, with the folders made for it, while an existing one stays."""
+    (tmp_path / "outputs" / "kept").mkdir(parents=True)
+    for expected in (["kept"], []):
+        if not expected:
+            (tmp_path / "outputs" / "kept").rmdir()
+        result = subprocess.run(
+            [FL_RUN, "num_rounds=-1"],
+            env=cli_env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == 2, result.stderr
+        outputs = tmp_path / "outputs"
+        assert (sorted(p.name for p in outputs.iterdir()) if outputs.exists() else []) == expected
