@@ -92,6 +92,7 @@ class FedCat(FederatedStrategy):
         self.samples = np.zeros(k, dtype=np.int64)  # samples each copy met this cycle
         self._copy_of: dict[int, int] = {}  # partition -> copy index, this round
         self._devices: list[int] = []
+        self._copy_weights = np.zeros(k)  # at a cycle's end: samples_i / sum of samples
 
     # ----- choosing and sending ------------------------------------------------------------
     def choose(self, server_round: int, available: Sequence[int]) -> list[int]:
@@ -156,6 +157,7 @@ class FedCat(FederatedStrategy):
         if cycle_position(plan.round, self.k) < self.k - 1:
             return global_layers
         average = self._copies_average(plan)
+        self._copy_weights = self.samples / max(int(self.samples.sum()), 1)
         self.copies = []
         if average is None:
             log.warning("round %d: no copy trained this cycle; the global model stays", plan.round)
@@ -177,10 +179,14 @@ class FedCat(FederatedStrategy):
     ) -> dict[str, float]:
         pos = cycle_position(plan.round, self.k)
         inside = self.concatenate and pos < self.k - 1
+        weights = {}
+        if self.concatenate and not inside:  # each copy's share of the new global model
+            weights = {f"copy_weight_{i}": float(w) for i, w in enumerate(self._copy_weights)}
         return {
             "chain_pos": pos,
             **{f"copy_{i}": d for i, d in enumerate(self._devices)},
             "eval_model": "copies_average" if inside else "global",
+            **weights,
         }
 
     def summarize(self, rows: Sequence[Mapping[str, object]]) -> dict[str, object]:

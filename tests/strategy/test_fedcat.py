@@ -103,6 +103,9 @@ def test_a_cycle_of_fixed_vector_clients_ends_in_the_exact_weighted_average() ->
     assert model["steps"].numpy().tolist() == [7]
     assert result.scored is None and result.metrics["eval_model"] == "global"
     assert not any(k.startswith("weight_") for k in result.metrics)
+    acc = [sum(SAMPLES[d] for d in c) for c in chains]
+    for i, a in enumerate(acc):
+        assert result.metrics[f"copy_weight_{i}"] == pytest.approx(a / sum(acc), abs=1e-15)
 
 
 def test_the_next_cycle_starts_every_copy_from_the_new_global_model() -> None:
