@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import ROOT, BenchmarkError
+from fl_runs import BenchmarkError
 from reproduction import (
     Curve,
     Panel,
@@ -50,9 +50,11 @@ from reproduction import (
     execute_all,
     find,
     machine_line,
+    parsed,
     pct,
     project,
     report_text,
+    reproduction_parser,
     saved_runs,
     significance,
     start_state,
@@ -333,19 +335,11 @@ def estimate(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=300)
+    parser = reproduction_parser(__doc__, "fedcat_reproduction.md", 300)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.5, 1.0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
-    parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "fedcat_reproduction.md")
-    parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
-    parser.add_argument("--runs", type=Path, help="saved runs (default: next to --out)")
-    parser.add_argument("--render-only", action="store_true", help="report from --runs")
-    args = parser.parse_args(argv)
-    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    args = parsed(parser, argv)
     if args.rounds < 2 * K or args.rounds % K:
         parser.error(f"--rounds must be a multiple of {K} and at least {2 * K}")
     return args

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import ROOT, BenchmarkError
+from fl_runs import BenchmarkError
 from reproduction import (
     Curve,
     Panel,
@@ -50,9 +50,11 @@ from reproduction import (
     find,
     machine_line,
     mean_std,
+    parsed,
     pct,
     project,
     report_text,
+    reproduction_parser,
     same_start,
     saved_runs,
     start_state,
@@ -565,29 +567,14 @@ def estimate(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=80)
+    parser = reproduction_parser(__doc__, "fedgsnr_reproduction.md", 80)
     parser.add_argument("--target-round", type=int, default=50)
     parser.add_argument("--bases", nargs="+", default=["fedavg"], choices=list(BASES))
     parser.add_argument(
         "--partitions", nargs="+", default=list(PARTITIONS), choices=list(PARTITIONS)
     )
     parser.add_argument("--attack-seeds", type=int, nargs="*", default=[0])
-    parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "fedgsnr_reproduction.md")
-    parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
-    parser.add_argument(
-        "--runs",
-        type=Path,
-        help="where every run's rows are saved as it ends (default: next to --out, "
-        ".runs.json); runs already there are reused",
-    )
-    parser.add_argument(
-        "--render-only", action="store_true", help="render the report from --runs, run nothing"
-    )
-    args = parser.parse_args(argv)
-    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    args = parsed(parser, argv)
     if args.target_round % EVAL_EVERY or not EVAL_EVERY <= args.target_round <= args.rounds:
         parser.error(f"--target-round must be a multiple of {EVAL_EVERY} within --rounds")
     if "fedavg" not in args.bases:

@@ -11,6 +11,7 @@ CPU time of the whole grid from one short run (`project`).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
 import json
@@ -120,6 +121,36 @@ class RunOutcome:
     def fixed_seconds(self) -> float:
         """Process wall time not explained by rounds x seconds_per_round (start-up, teardown)."""
         return self.process_seconds - len(self.rows) * self.seconds_per_round
+
+
+# ----- command line -----------------------------------------------------------------------
+def reproduction_parser(
+    doc: str, report: str, rounds: int, *, estimate: bool = True
+) -> argparse.ArgumentParser:
+    """The options every reproduction takes: --seeds, --rounds, --notes, --out (the report,
+    `benchmarks/<report>` by default), --runs, --render-only and (`estimate`) --estimate.
+    `parsed` fills in --runs."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / report)
+    if estimate:
+        parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        help="where every run is saved as it ends (default: next to --out, .runs.json); runs "
+        "already there are reused",
+    )
+    parser.add_argument("--render-only", action="store_true", help="report from --runs")
+    return parser
+
+
+def parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    return args
 
 
 # ----- fl-run subprocesses ----------------------------------------------------------------

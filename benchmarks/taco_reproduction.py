@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import ROOT, BenchmarkError
+from fl_runs import BenchmarkError
 from reproduction import (
     Curve,
     Panel,
@@ -53,9 +53,11 @@ from reproduction import (
     find,
     machine_line,
     mean_std,
+    parsed,
     pct,
     project,
     report_text,
+    reproduction_parser,
     same_start,
     saved_runs,
     start_state,
@@ -477,22 +479,14 @@ def estimate(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=50)
+    parser = reproduction_parser(__doc__, "taco_reproduction.md", 50)
     parser.add_argument(
         "--groups",
         nargs="+",
         default=["main", "ablation", "freeloaders"],
         choices=["main", "ablation", "freeloaders"],
     )
-    parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "taco_reproduction.md")
-    parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
-    parser.add_argument("--runs", type=Path, help="saved runs (default: next to --out)")
-    parser.add_argument("--render-only", action="store_true", help="report from --runs")
-    args = parser.parse_args(argv)
-    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    args = parsed(parser, argv)
     if args.rounds < 10:
         parser.error("--rounds must be at least 10")
     if "ablation" in args.groups and "main" not in args.groups:
