@@ -29,21 +29,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import shlex
 import statistics
 import sys
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import BenchmarkError
 from reproduction import (
     Curve,
     Panel,
     RunOutcome,
     RunSpec,
+    Started,
     compose_config,
     difference,
     execute,
@@ -54,8 +52,8 @@ from reproduction import (
     pct,
     project,
     report_text,
+    reproduce,
     reproduction_parser,
-    saved_runs,
     significance,
     start_state,
     write_curves,
@@ -345,24 +343,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    started, load_start = dt.datetime.now().astimezone(), os.getloadavg()
-    try:
-        if args.estimate:
-            return estimate(args)
-        grid = specs(args)
-        outcomes = saved_runs(grid, args.runs) if args.render_only else run_all(grid, args.runs)
-    except BenchmarkError as err:
-        print(f"fedcat_reproduction: error: {err}", file=sys.stderr, flush=True)
-        return 1
-    ctx = Context(args, started, load_start, sum(o.process_seconds for o in outcomes))
-    plot = args.out.with_suffix(".png")
+def report(
+    args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, started: Started
+) -> str:
+    ctx = Context(args, started.at, started.load, sum(o.process_seconds for o in outcomes))
     write_plot(ctx, outcomes, plot)
-    args.out.write_text(render(ctx, outcomes, plot))
-    print(f"[bench] report written to {args.out}, plot to {plot}", flush=True)
-    return 0
+    return render(ctx, outcomes, plot)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return reproduce(
+        parse_args(argv),
+        "fedcat_reproduction",
+        grid=specs,
+        run_all=run_all,
+        report=report,
+        estimate=estimate,
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime as dt
 import hashlib
 import json
 import math
@@ -22,6 +23,7 @@ import re
 import shlex
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -151,6 +153,42 @@ def parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     args = parser.parse_args(argv)
     args.runs = args.runs or args.out.with_suffix(".runs.json")
     return args
+
+
+@dataclass(frozen=True)
+class Started:
+    """When a reproduction started, and the machine's load average then."""
+
+    at: dt.datetime
+    load: tuple[float, float, float]
+
+
+def reproduce(
+    args: argparse.Namespace,
+    name: str,
+    *,
+    grid: Callable[[argparse.Namespace], list[RunSpec]],
+    run_all: Callable[[Sequence[RunSpec], Path], list[RunOutcome]],
+    report: Callable[[argparse.Namespace, list[RunOutcome], Path, Started], str],
+    estimate: Callable[[argparse.Namespace], int] | None = None,
+) -> int:
+    """A reproduction's main: --estimate, or the grid's runs (run, or reloaded with
+    --render-only) and the report written to --out, `report` drawing the plot it is given."""
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    started = Started(dt.datetime.now().astimezone(), os.getloadavg())
+    try:
+        if estimate is not None and args.estimate:
+            return estimate(args)
+        specs = grid(args)
+        outcomes = saved_runs(specs, args.runs) if args.render_only else run_all(specs, args.runs)
+    except BenchmarkError as err:
+        print(f"{name}: error: {err}", file=sys.stderr, flush=True)
+        return 1
+    plot = args.out.with_suffix(".png")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(args, outcomes, plot, started))
+    print(f"[bench] report written to {args.out}, plot to {plot}", flush=True)
+    return 0
 
 
 # ----- fl-run subprocesses ----------------------------------------------------------------
