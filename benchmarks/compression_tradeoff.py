@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from fl_runs import ROOT, BenchmarkError
+from fl_runs import BenchmarkError
 from reproduction import (
     RunOutcome,
     RunSpec,
@@ -45,8 +45,10 @@ from reproduction import (
     find,
     machine_line,
     mean_std,
+    parsed,
     pct,
     report_text,
+    reproduction_parser,
     saved_runs,
     significance,
 )
@@ -391,18 +393,11 @@ def total_participants(o: RunOutcome) -> float:
 
 # ----- main -------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=200)
+    parser = reproduction_parser(__doc__, "compression_tradeoff.md", 200, estimate=False)
     parser.add_argument(
         "--qs", type=int, nargs="+", default=[25, 100, 400], help="q = 1 / each of these"
     )
-    parser.add_argument("--notes", type=Path, help="a Markdown file appended to the report")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "compression_tradeoff.md")
-    parser.add_argument("--runs", type=Path, help="saved runs (default: next to --out)")
-    parser.add_argument("--render-only", action="store_true", help="report from --runs")
-    args = parser.parse_args(argv)
-    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    args = parsed(parser, argv)
     if args.rounds % EVAL_EVERY or args.rounds < EVAL_EVERY * FINAL_EVALS:
         parser.error(
             f"--rounds must be a multiple of {EVAL_EVERY}, at least {EVAL_EVERY * FINAL_EVALS}"

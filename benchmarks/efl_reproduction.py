@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import ROOT, BenchmarkError
+from fl_runs import BenchmarkError
 from reproduction import (
     Curve,
     Panel,
@@ -49,8 +49,10 @@ from reproduction import (
     execute_all,
     find,
     machine_line,
+    parsed,
     pct,
     report_text,
+    reproduction_parser,
     saved_runs,
     significance,
     write_curves,
@@ -372,18 +374,11 @@ def write_plot(ctx: Context, outcomes: Sequence[RunOutcome], path: Path) -> None
 
 # ----- main -------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=100)
+    parser = reproduction_parser(__doc__, "efl_reproduction.md", 100, estimate=False)
     parser.add_argument("--lams", type=float, nargs="+", default=[0.1, 1.0, 10.0])
     parser.add_argument("--xs", type=float, nargs="+", default=[0.5, 0.9])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
-    parser.add_argument("--notes", type=Path, help="a Markdown file appended to the report")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "efl_reproduction.md")
-    parser.add_argument("--runs", type=Path, help="saved runs (default: next to --out)")
-    parser.add_argument("--render-only", action="store_true", help="report from --runs")
-    args = parser.parse_args(argv)
-    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    args = parsed(parser, argv)
     if args.rounds % EVAL_EVERY or args.rounds < EVAL_EVERY * FINAL_EVALS:
         parser.error(f"--rounds must be a multiple of {EVAL_EVERY}, >= {EVAL_EVERY * FINAL_EVALS}")
     if any(lam <= 0 for lam in args.lams) or any(not 0 < x < 1 for x in args.xs):

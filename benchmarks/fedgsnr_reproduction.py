@@ -28,21 +28,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import os
 import shlex
 import statistics
 import sys
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import ROOT, BenchmarkError
 from reproduction import (
     Curve,
     Panel,
     RunOutcome,
     RunSpec,
+    Started,
     StartState,
     compose_config,
     execute,
@@ -50,11 +48,13 @@ from reproduction import (
     find,
     machine_line,
     mean_std,
+    parsed,
     pct,
     project,
     report_text,
+    reproduce,
+    reproduction_parser,
     same_start,
-    saved_runs,
     start_state,
     write_curves,
 )
@@ -565,29 +565,14 @@ def estimate(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=80)
+    parser = reproduction_parser(__doc__, "fedgsnr_reproduction.md", 80)
     parser.add_argument("--target-round", type=int, default=50)
     parser.add_argument("--bases", nargs="+", default=["fedavg"], choices=list(BASES))
     parser.add_argument(
         "--partitions", nargs="+", default=list(PARTITIONS), choices=list(PARTITIONS)
     )
     parser.add_argument("--attack-seeds", type=int, nargs="*", default=[0])
-    parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "fedgsnr_reproduction.md")
-    parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
-    parser.add_argument(
-        "--runs",
-        type=Path,
-        help="where every run's rows are saved as it ends (default: next to --out, "
-        ".runs.json); runs already there are reused",
-    )
-    parser.add_argument(
-        "--render-only", action="store_true", help="render the report from --runs, run nothing"
-    )
-    args = parser.parse_args(argv)
-    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    args = parsed(parser, argv)
     if args.target_round % EVAL_EVERY or not EVAL_EVERY <= args.target_round <= args.rounds:
         parser.error(f"--target-round must be a multiple of {EVAL_EVERY} within --rounds")
     if "fedavg" not in args.bases:
@@ -599,27 +584,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    started, load_start = dt.datetime.now().astimezone(), os.getloadavg()
-    try:
-        if args.estimate:
-            return estimate(args)
-        grid = specs(args)
-        outcomes = saved_runs(grid, args.runs) if args.render_only else run_all(grid, args.runs)
-        total = sum(o.process_seconds for o in outcomes)  # as measured, reused runs included
-    except BenchmarkError as err:
-        print(f"fedgsnr_reproduction: error: {err}", file=sys.stderr, flush=True)
-        return 1
+def report(
+    args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, started: Started
+) -> str:
+    total = sum(o.process_seconds for o in outcomes)  # as measured, reused runs included
     targets = {k: target_for(outcomes, k, args.seeds, args.target_round) for k in args.partitions}
-    ctx = Context(args, started, load_start, total, targets, start_states(args))
-    plot = args.out.with_suffix(".png")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    ctx = Context(args, started.at, started.load, total, targets, start_states(args))
     write_plot(ctx, outcomes, plot)
-    args.out.write_text(render(ctx, outcomes, plot))
-    print(f"[bench] report written to {args.out}, plot to {plot}", flush=True)
-    return 0
+    return render(ctx, outcomes, plot)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return reproduce(
+        parse_args(argv),
+        "fedgsnr_reproduction",
+        grid=specs,
+        run_all=run_all,
+        report=report,
+        estimate=estimate,
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ CPU time of the whole grid from one short run (`project`).
 
 from __future__ import annotations
 
+import argparse
 import csv
+import datetime as dt
 import hashlib
 import json
 import math
@@ -21,6 +23,7 @@ import re
 import shlex
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -120,6 +123,72 @@ class RunOutcome:
     def fixed_seconds(self) -> float:
         """Process wall time not explained by rounds x seconds_per_round (start-up, teardown)."""
         return self.process_seconds - len(self.rows) * self.seconds_per_round
+
+
+# ----- command line -----------------------------------------------------------------------
+def reproduction_parser(
+    doc: str, report: str, rounds: int, *, estimate: bool = True
+) -> argparse.ArgumentParser:
+    """The options every reproduction takes: --seeds, --rounds, --notes, --out (the report,
+    `benchmarks/<report>` by default), --runs, --render-only and (`estimate`) --estimate.
+    `parsed` fills in --runs."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / report)
+    if estimate:
+        parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        help="where every run is saved as it ends (default: next to --out, .runs.json); runs "
+        "already there are reused",
+    )
+    parser.add_argument("--render-only", action="store_true", help="report from --runs")
+    return parser
+
+
+def parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    return args
+
+
+@dataclass(frozen=True)
+class Started:
+    """When a reproduction started, and the machine's load average then."""
+
+    at: dt.datetime
+    load: tuple[float, float, float]
+
+
+def reproduce(
+    args: argparse.Namespace,
+    name: str,
+    *,
+    grid: Callable[[argparse.Namespace], list[RunSpec]],
+    run_all: Callable[[Sequence[RunSpec], Path], list[RunOutcome]],
+    report: Callable[[argparse.Namespace, list[RunOutcome], Path, Started], str],
+    estimate: Callable[[argparse.Namespace], int] | None = None,
+) -> int:
+    """A reproduction's main: --estimate, or the grid's runs (run, or reloaded with
+    --render-only) and the report written to --out, `report` drawing the plot it is given."""
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    started = Started(dt.datetime.now().astimezone(), os.getloadavg())
+    try:
+        if estimate is not None and args.estimate:
+            return estimate(args)
+        specs = grid(args)
+        outcomes = saved_runs(specs, args.runs) if args.render_only else run_all(specs, args.runs)
+    except BenchmarkError as err:
+        print(f"{name}: error: {err}", file=sys.stderr, flush=True)
+        return 1
+    plot = args.out.with_suffix(".png")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(args, outcomes, plot, started))
+    print(f"[bench] report written to {args.out}, plot to {plot}", flush=True)
+    return 0
 
 
 # ----- fl-run subprocesses ----------------------------------------------------------------

@@ -32,32 +32,32 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import os
 import shlex
 import statistics
 import sys
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import ROOT, BenchmarkError
 from reproduction import (
     Curve,
     Panel,
     RunOutcome,
     RunSpec,
+    Started,
     compose_config,
     execute,
     execute_all,
     find,
     machine_line,
     mean_std,
+    parsed,
     pct,
     project,
     report_text,
+    reproduce,
+    reproduction_parser,
     same_start,
-    saved_runs,
     start_state,
     write_curves,
 )
@@ -477,22 +477,14 @@ def estimate(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=50)
+    parser = reproduction_parser(__doc__, "taco_reproduction.md", 50)
     parser.add_argument(
         "--groups",
         nargs="+",
         default=["main", "ablation", "freeloaders"],
         choices=["main", "ablation", "freeloaders"],
     )
-    parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "taco_reproduction.md")
-    parser.add_argument("--estimate", action="store_true", help="time one short run per arm")
-    parser.add_argument("--runs", type=Path, help="saved runs (default: next to --out)")
-    parser.add_argument("--render-only", action="store_true", help="report from --runs")
-    args = parser.parse_args(argv)
-    args.runs = args.runs or args.out.with_suffix(".runs.json")
+    args = parsed(parser, argv)
     if args.rounds < 10:
         parser.error("--rounds must be at least 10")
     if "ablation" in args.groups and "main" not in args.groups:
@@ -500,26 +492,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    started, load_start = dt.datetime.now().astimezone(), os.getloadavg()
-    try:
-        if args.estimate:
-            return estimate(args)
-        grid = specs(args)
-        outcomes = saved_runs(grid, args.runs) if args.render_only else run_all(grid, args.runs)
-    except BenchmarkError as err:
-        print(f"taco_reproduction: error: {err}", file=sys.stderr, flush=True)
-        return 1
+def report(
+    args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, started: Started
+) -> str:
     total = sum(o.process_seconds for o in outcomes)
     target = target_for(outcomes, args) if "main" in args.groups else None
-    ctx = Context(args, started, load_start, total, target)
-    plot = args.out.with_suffix(".png")
+    ctx = Context(args, started.at, started.load, total, target)
     write_plot(ctx, outcomes, plot)
-    args.out.write_text(render(ctx, outcomes, plot))
-    print(f"[bench] report written to {args.out}, plot to {plot}", flush=True)
-    return 0
+    return render(ctx, outcomes, plot)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return reproduce(
+        parse_args(argv),
+        "taco_reproduction",
+        grid=specs,
+        run_all=run_all,
+        report=report,
+        estimate=estimate,
+    )
 
 
 if __name__ == "__main__":

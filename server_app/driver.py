@@ -144,9 +144,10 @@ class RoundDriver:
         last_eval: tuple[float, float] | None = None
         for rnd in range(start_round, cfg.num_rounds + 1):
             t0 = time.monotonic()
-            arrays, row = self._round(rnd, arrays)
+            arrays, row, scored = self._round(rnd, arrays)
             if rnd % cfg.eval_every == 0 or rnd == cfg.num_rounds:
-                scored = self.downlink.evaluated(arrays) if self.downlink else arrays
+                if scored is None:
+                    scored = self.downlink.evaluated(arrays) if self.downlink else arrays
                 model.load_state_dict(scored.to_torch_state_dict())
                 last_eval = evaluate(model, data.x_test, data.y_test, device=self.device)
                 row["test_accuracy"], row["test_loss"] = last_eval
@@ -172,7 +173,8 @@ class RoundDriver:
         return self._finish()
 
     # ----- one round ---------------------------------------------------------------------
-    def _round(self, rnd: int, arrays: ArrayRecord) -> tuple[ArrayRecord, dict]:
+    def _round(self, rnd: int, arrays: ArrayRecord) -> tuple[ArrayRecord, dict, ArrayRecord | None]:
+        """The new global model, the metrics row and the model to evaluate if not that one."""
         cfg = self.cfg
         nodes = self.nodes.refresh(timeout=cfg.round_timeout)
         node_of = {pid: node for node, pid in nodes.items()}
@@ -182,7 +184,10 @@ class RoundDriver:
                 f"round {rnd}: every client is expelled (partitions "
                 f"{', '.join(map(str, sorted(excluded)))}); nothing is left to train"
             )
-        chosen = sample_partitions(cfg, rnd, [p for p in node_of if p not in excluded])
+        available = sorted(p for p in node_of if p not in excluded)
+        chosen = self.strategy.choose(rnd, available)
+        if chosen is None:
+            chosen = sample_partitions(cfg, rnd, available)
         scoring = self.client_eval.train_config(rnd) if self.client_eval is not None else {}
         plan = RoundPlan(
             round=rnd,
@@ -194,7 +199,7 @@ class RoundDriver:
             plan = self.stragglers.apply(plan, partial_work=self.strategy.partial_work)
             if not plan.nodes:  # nobody can work this round: the model stays as it is
                 log.warning("round %d: every sampled client is inactive or dropped", rnd)
-                return arrays, {"round": rnd, "participants": 0, **plan.metrics}
+                return arrays, {"round": rnd, "participants": 0, **plan.metrics}, None
         result, tallies, timed_out, replies = self._exchanges(plan)
         if result.arrays is None or result.participants < (cfg.min_clients or 1):
             reasons = _grouped(result.failures)
@@ -236,7 +241,7 @@ class RoundDriver:
         if scoring:
             row.update(self.client_eval.local_columns(replies))
         row.update({k: v for k, v in result.metrics.items() if not isinstance(v, list)})
-        return arrays, row
+        return arrays, row, result.scored
 
     def _exchanges(
         self, plan: RoundPlan

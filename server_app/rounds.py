@@ -52,12 +52,17 @@ class RoundPlan:
 
 @dataclass(frozen=True)
 class RoundResult:
-    """What a round produced; `arrays` is None when no reply could be used."""
+    """What a round produced; `arrays` is None when no reply could be used.
+
+    `scored` is a model to evaluate in place of the global one (FedCat inside a cycle: the
+    global model stands still while its copies train, so the copies' average is scored).
+    """
 
     arrays: ArrayRecord | None
     metrics: dict[str, float]
     failures: list[ClientFailure]
     participants: int  # clients whose replies went into the new model
+    scored: ArrayRecord | None = None
 
 
 RoundSteps = Generator[Exchange, list[Message], RoundResult]

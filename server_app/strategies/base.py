@@ -54,6 +54,11 @@ class FederatedStrategy:
         """Partitions the driver must not sample any more (TACO's expelled freeloaders)."""
         return frozenset()
 
+    def choose(self, server_round: int, available: Sequence[int]) -> list[int] | None:
+        """The partitions to train this round, from the connected ones; None leaves the
+        choice to the driver's seeded sampling (FedCat picks its own devices)."""
+        return None
+
     # ----- the round -----------------------------------------------------------------------
     def round(self, plan: RoundPlan) -> RoundSteps:
         """The add-ons' exchanges, then one training exchange, then the aggregate."""
@@ -112,7 +117,7 @@ class FederatedStrategy:
             # local training time: the slowest client sets the round's pace (TACO spec 5)
             "compute_seconds_max": max(seconds, default=float("nan")),
             "compute_seconds_total": sum(seconds),
-            **{f"weight_{r.partition_id}": float(w) for r, w in zip(ok, weights, strict=True)},
+            **self.weight_columns(ok, weights),
             **plan.metrics,
             **self.round_metrics(plan, ok, weights),
         }
@@ -144,6 +149,10 @@ class FederatedStrategy:
             if p is not None:
                 return p
         return normalized(self.base_weights(plan, replies))
+
+    def weight_columns(self, replies: list[ClientReply], weights: np.ndarray) -> dict[str, float]:
+        """p_k in metrics.csv as `weight_<partition>`."""
+        return {f"weight_{r.partition_id}": float(w) for r, w in zip(replies, weights, strict=True)}
 
     def round_metrics(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from fl_system.cli import CONF_DIR
+from fl_system.fedcat import ChainSchedule
+from fl_system.results import MetricsLog
 from tests.integration.conftest import (
     QUICK,
     HandStartedFederation,
@@ -34,6 +36,7 @@ ALGORITHMS = {
     if path.stem not in ("fedgsnr", "taco")
 } | {
     "efl": ["algorithm=efl", "compression.up=st", "compression.up.q=0.05"],
+    "fedcat": ["algorithm=fedcat", "algorithm.k=2"],  # two copies: both nodes, both rounds
     "scaffold+disco+gsnr": [
         "algorithm=scaffold",
         "algorithm.disco.enabled=true",
@@ -87,10 +90,18 @@ def test_two_rounds_over_grpc(
         ],
         shared_env,
     )  # fmt: skip
-    check_two_round_run(result, run_dir)
+    check_two_round_run(
+        result, run_dir, weights="copy_weight_{}" if algorithm == "fedcat" else "weight_{}"
+    )
     # Both SuperNodes ran this run's ClientApps in their own processes, and are still up.
     for log, start in zip(node_logs, log_starts, strict=True):
         with open(log, "rb") as handle:
             handle.seek(start)
             assert b"ClientApp task" in handle.read(), log
     assert federation.procs.first_dead() is None, "a process of the shared federation died"
+    if algorithm == "fedcat":  # the chains' devices are the schedule's
+        schedule = ChainSchedule(num_devices=2, k=2, greedy_prob=0.5, regroup_every=1, seed=0)
+        rows = MetricsLog(run_dir / "metrics.csv").rows()
+        assert [[int(r["copy_0"]), int(r["copy_1"])] for r in rows] == [
+            schedule.devices(rnd) for rnd in (1, 2)
+        ]

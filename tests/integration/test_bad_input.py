@@ -89,6 +89,16 @@ def _error_lines(stderr: str) -> list[str]:
             "algorithm.lam must be null (T / 5) or an integer >= 1, got 0",
         ),
         (
+            ["algorithm=fedcat", "algorithm.k=5"],
+            "algorithm.k must be in 1..4 (the clients), got 5",
+        ),
+        (["algorithm=fedcat", "algorithm.eps=1.5"], "algorithm.eps must be in [0, 1], got 1.5"),
+        (["algorithm=fedcat", "algorithm.lam=0"], "algorithm.lam must be an integer >= 1, got 0"),
+        (
+            ["algorithm=fedcat", "algorithm.k=2"],
+            "num_rounds (5) must be a multiple of algorithm.k (2)",
+        ),
+        (
             ["clients.freeloaders.ids=[0,4]"],
             "clients.freeloaders.ids must be a list of partition ids in 0..3, got [0, 4]",
         ),

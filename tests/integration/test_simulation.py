@@ -227,3 +227,44 @@ def test_clients_score_the_global_and_their_local_models_on_their_own_test_split
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["bmta_global"] == max(float(r["client_acc_global"]) for r in rows)
     assert summary["bmta_local"] == max(float(r["client_acc_local"]) for r in rows)
+
+
+def test_fedcat_stopped_inside_a_cycle_and_resumed_ends_with_the_uninterrupted_model(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """k = 2 copies over 4 clients for 3 cycles. A target of 5 % stops the run after round 1,
+    where the copies' average is what was scored; resumed without the target, the run ends
+    with the same model and metrics as one that never stopped."""
+    args = [
+        *SIM,
+        "num_clients=4",
+        "algorithm=fedcat",
+        "algorithm.k=2",
+        "train.local_steps=3",
+        "num_rounds=6",
+    ]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_cli([*args, "target_accuracy=0.05", f"hydra.run.dir={broken}"], cli_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert load_checkpoint(broken / "checkpoint.npz").round == 1
+    result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    a = load_checkpoint(straight / "checkpoint.npz")
+    b = load_checkpoint(broken / "checkpoint.npz")
+    assert a.round == b.round == 6
+    for key in a.model:
+        np.testing.assert_array_equal(a.model[key], b.model[key])
+    rows = _rows(straight)
+    assert _accuracies(broken) == _accuracies(straight)
+    assert [r["eval_model"] for r in rows] == ["copies_average", "global"] * 3
+    assert [r["chain_pos"] for r in rows] == ["0", "1"] * 3
+    for r in rows:  # two distinct partitions a round, one per copy
+        assert len({r["copy_0"], r["copy_1"]}) == 2
+    assert [[r["copy_0"], r["copy_1"]] for r in _rows(broken)] == [
+        [r["copy_0"], r["copy_1"]] for r in rows
+    ]
+    picks = json.loads((straight / "summary.json").read_text())["participation"]
+    assert sum(picks.values()) == 12
