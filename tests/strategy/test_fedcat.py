@@ -156,7 +156,8 @@ def test_a_reply_from_a_partition_not_picked_is_refused() -> None:
     arrays = _model([0.0, 0.0])
     round_plan = plan({100 + p: p for p in chosen}, arrays, 1)
     strategy.round(round_plan).send(None)  # start the cycle's copies
-    bad = reply(100 + other, [np.zeros(2), np.array([7])], partition_id=other, num_examples=5)
+    layers = {"w": np.zeros(2), "steps": np.array([7], np.int64)}
+    bad = reply(100 + other, layers, partition_id=other, num_examples=5)
     result = strategy.finish_round(round_plan, [bad])
     assert result.failures[0].reason == f"partition {other} was not picked this round"
 
