@@ -50,7 +50,10 @@ class ProgressBar:
         if done == 0:
             return
         if not self.started:  # a resumed run starts part-way
-            self.bar.n = self.bar.last_print_n = done - 1
+            self.bar.n = self.bar.last_print_n = self.bar.initial = done - 1
+            # the bar's clock is training time, as in the log and metrics.csv: start-up and
+            # waiting for the federation are not rounds
+            self.bar.start_t = time.time() - (self.log.round_seconds or 0.0)
             self.started = True
         if self.log.accuracy is not None:
             self.bar.set_postfix_str(f"acc {self.log.accuracy:.4f}", refresh=False)

@@ -12,7 +12,10 @@ import re
 from dataclasses import dataclass, field
 
 PREFIX = "[fl_system] "
-_ROUND = re.compile(r"\[fl_system\] round (\d+)/(\d+) \| acc ([0-9.]+|-) ")
+_ROUND = re.compile(
+    r"\[fl_system\] round (\d+)/(\d+) \| acc ([0-9.]+|-) \|.*\| ([0-9.]+) s this round \| "
+    r"([0-9.]+) s training"
+)
 _SUMMARY = "summary "
 _FAILED = "failed: "
 
@@ -22,12 +25,20 @@ def say(text: str) -> None:
 
 
 def round_line(
-    rnd: int, total: int, accuracy: float | None, train_loss: float, seconds: float
+    rnd: int,
+    total: int,
+    accuracy: float | None,
+    train_loss: float,
+    seconds: float,
+    training: float,
 ) -> str:
+    """`seconds` this round took; `training` the run's training time so far (from round 1's
+    start, the federation up; metrics.csv's wall_seconds)."""
     acc = "-" if accuracy is None else f"{accuracy:.4f}"
     return (
         f"round {rnd}/{total} | acc {acc} | train loss {train_loss:.4f} | "
-        f"{seconds:.1f} s/round | ETA {seconds * (total - rnd):.0f} s"
+        f"{seconds:.1f} s this round | {training:.1f} s training | "
+        f"ETA {seconds * (total - rnd):.0f} s"
     )
 
 
@@ -45,6 +56,8 @@ class RunLog:
 
     round: int = 0
     accuracy: float | None = None
+    round_seconds: float | None = None  # the latest round's
+    training_seconds: float | None = None  # the run's so far
     summary: dict | None = None
     failure: str | None = None
     _partial: str = field(default="", repr=False)
@@ -66,6 +79,8 @@ class RunLog:
             self.round = int(found.group(1))
             if found.group(3) != "-":
                 self.accuracy = float(found.group(3))
+            self.round_seconds = float(found.group(4))
+            self.training_seconds = float(found.group(5))
         elif body.startswith(_SUMMARY):
             self.summary = json.loads(body[len(_SUMMARY) :])
         elif body.startswith(_FAILED):

@@ -135,12 +135,12 @@ class RoundDriver:
             arrays, start_round, elapsed_before = self._restore(arrays)
         if self.downlink is not None:
             self.downlink.start(arrays)
-        started = time.monotonic()
         self.nodes.wait_for(
             cfg.num_clients if cfg.clients_per_round is None else cfg.clients_per_round,
             cfg.round_timeout,
             say=run_log.say,
         )
+        started = time.monotonic()  # training time counts from round 1, the federation up
         last_eval: tuple[float, float] | None = None
         for rnd in range(start_round, cfg.num_rounds + 1):
             t0 = time.monotonic()
@@ -164,6 +164,7 @@ class RoundDriver:
                     last_eval[0] if last_eval else None,
                     row.get("train_loss", float("nan")),
                     time.monotonic() - t0,
+                    elapsed,
                 )
             )
             target = cfg.target_accuracy

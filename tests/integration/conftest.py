@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -85,6 +86,20 @@ def check_two_round_run(
     assert summary["rounds"] == 2 and 0.0 <= summary["final_accuracy"] <= 1.0
     # Every aggregation weight is recorded, and they sum to one.
     assert sum(float(rows[1][weights.format(i)]) for i in range(2)) == pytest.approx(1.0)
+    # One clock for training time: the round lines in the server log, metrics.csv's
+    # wall_seconds (from round 1's start) and fl-run's last line agree; "in all" adds start-up.
+    lines = re.findall(
+        r"round (\d+)/2 .*\| ([0-9.]+) s this round \| ([0-9.]+) s training",
+        (run_dir / "logs" / "serverapp.log").read_text(),
+    )
+    assert [int(r) for r, _, _ in lines] == [1, 2]
+    for (_, _, training), row in zip(lines, rows, strict=True):
+        assert float(training) == pytest.approx(float(row["wall_seconds"]), abs=0.051)
+    assert float(lines[0][1]) == pytest.approx(float(rows[0]["wall_seconds"]), abs=0.11)
+    total = re.search(r"after 2 rounds: ([0-9.]+) s training, ([0-9.]+) s in all", result.stdout)
+    assert total is not None, result.stdout
+    assert float(total.group(1)) == pytest.approx(summary["wall_seconds"], abs=0.051)
+    assert float(total.group(2)) > float(total.group(1))
     # Real bytes crossed gRPC: at least the MLP's float32 weights, each way, per client.
     assert int(rows[1]["bytes_down"]) >= 2 * MLP_BYTES
     assert int(rows[1]["bytes_up"]) >= 2 * MLP_BYTES

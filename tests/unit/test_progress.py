@@ -40,8 +40,8 @@ def test_a_summary_known_only_from_the_log_lands_in_the_local_run_directory(
     paths = _follow(
         tmp_path,
         [
-            run_log.round_line(1, 2, 0.8, 1.0, 1.0),
-            run_log.round_line(2, 2, 0.75, 0.9, 1.0),
+            run_log.round_line(1, 2, 0.8, 1.0, 1.0, 1.0),
+            run_log.round_line(2, 2, 0.75, 0.9, 1.0, 2.0),
             run_log.summary_line(summary),
         ],
     )

@@ -10,11 +10,22 @@ from fl_system.run_log import RunLog
 
 def test_round_lines_give_progress_and_the_latest_accuracy() -> None:
     log = RunLog()
-    log.feed("INFO :      starting\n[fl_system] " + run_log.round_line(1, 5, 0.51234, 1.5, 2.0))
+    log.feed(
+        "INFO :      starting\n[fl_system] " + run_log.round_line(1, 5, 0.51234, 1.5, 2.0, 2.0)
+    )
     assert log.round == 0  # the line has no end yet
-    log.feed("\n[fl_system] " + run_log.round_line(2, 5, None, 1.2, 2.0) + "\n")
+    log.feed("\n[fl_system] " + run_log.round_line(2, 5, None, 1.2, 2.5, 4.5) + "\n")
     assert (log.round, log.accuracy) == (2, 0.5123)  # round 2 was not evaluated
+    assert (log.round_seconds, log.training_seconds) == (2.5, 4.5)
     assert log.summary is None and log.failure is None
+
+
+def test_a_round_line_says_what_each_time_is() -> None:
+    line = run_log.round_line(3, 10, 0.9, 0.25, 12.34, 40.06)
+    assert line == (
+        "round 3/10 | acc 0.9000 | train loss 0.2500 | 12.3 s this round | 40.1 s training | "
+        "ETA 86 s"
+    )
 
 
 def test_summary_and_failure_lines_round_trip_through_a_prefixed_stream() -> None:
