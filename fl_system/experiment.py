@@ -29,6 +29,7 @@ RESUMABLE_CHANGES = frozenset(
     {
         "num_rounds",
         "resume",
+        "keep_client_state",
         "target_accuracy",
         "eval_every",
         "round_timeout",

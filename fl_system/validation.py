@@ -48,6 +48,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "round_timeout": (_positive_number, "a positive number of seconds"),
     "resume": (lambda v: isinstance(v, bool), "true or false"),
+    "keep_client_state": (lambda v: isinstance(v, bool), "true or false"),
     "train.local_epochs": (_int(1), "a positive integer"),
     "train.local_steps": (_optional(_int(1)), "null or a positive integer"),
     "train.batch_size": (_int(1), "a positive integer"),

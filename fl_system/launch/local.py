@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from fl_system.data.partition_cache import default_cache_root, prepare
 from fl_system.devices import THREADS_ENV
 from fl_system.launch import LaunchError
+from fl_system.launch.client_state import discard_finished
 from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
 from fl_system.launch.submit import Connection, submit_and_follow
 from fl_system.run_dir import RunPaths
@@ -35,6 +36,7 @@ class LocalRuntime:
             control = self._start(procs, cfg, paths, env)
             conn = Connection(f"{self.host}:{control}", insecure=True)
             submit_and_follow(cfg, paths, conn, procs, env)
+            discard_finished(cfg)  # only a completed run gets here
         finally:
             procs.stop()
             shutil.rmtree(flwr_home, ignore_errors=True)

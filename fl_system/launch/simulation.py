@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from fl_system.devices import THREADS_ENV
 from fl_system.experiment import config_to_json
+from fl_system.launch.client_state import discard_finished
 from fl_system.launch.processes import ProcessGroup, tool_env
 from fl_system.progress import follow_run
 from fl_system.run_dir import RunPaths
@@ -56,6 +57,7 @@ class SimulationRuntime:
             try:
                 engine = procs.start("simulation", cmd, paths.logs / "serverapp.log", env)
                 follow_run(cfg, paths, engine, procs)
+                discard_finished(cfg)  # only a completed run gets here
             finally:
                 procs.stop()
 

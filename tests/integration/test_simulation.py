@@ -268,3 +268,21 @@ def test_fedcat_stopped_inside_a_cycle_and_resumed_ends_with_the_uninterrupted_m
     ]
     picks = json.loads((straight / "summary.json").read_text())["participation"]
     assert sum(picks.values()) == 12
+
+
+def test_a_completed_run_removes_its_clients_state_unless_kept(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SCAFFOLD saves each client's c_i; once the run completes it goes, with
+    keep_client_state=true it stays (a failed or interrupted run keeps it: the resume tests)."""
+    state = tmp_path / "client-state"
+    env = {**cli_env, "FL_STATE_DIR": str(state)}
+    args = [*SIM, "algorithm=scaffold", "num_rounds=2"]
+    for keep, run_dir in ((False, tmp_path / "gone"), (True, tmp_path / "kept")):
+        extra = ["keep_client_state=true"] if keep else []
+        result = run_cli([*args, *extra, f"hydra.run.dir={run_dir}"], env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        saved = state / _run_id(run_dir)
+        assert saved.exists() == keep
+        if keep:
+            assert sorted(p.name for p in saved.iterdir()) == ["partition-0", "partition-1"]
