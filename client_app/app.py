@@ -219,6 +219,7 @@ def _train(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
         received=got.received,
         state=got.state,
         evaluate_on=test,
+        augment=build(cfg.dataset.augment) if cfg.dataset.get("augment") else None,
     )
     metrics = MetricRecord(
         {

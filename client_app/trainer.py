@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,10 +69,12 @@ def train_locally(
     received: RecordDict | None = None,
     state: ClientState | None = None,
     evaluate_on: tuple[np.ndarray, np.ndarray] | None = None,
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
 ) -> TrainResult:
     """Train `model` in place on (x, y) and return what the reply needs; with `evaluate_on`,
     also the model's score there after the local steps (before the rule's `finish`, which
-    may rescale a straggler's progress).
+    may rescale a straggler's progress). `augment` transforms each training batch (CIFAR's
+    crop and flip), drawing from the same seeded generator as the batches.
 
     `model` must expose `features` and `classifier` (every model in fl_system.models does).
     """
@@ -105,6 +108,8 @@ def train_locally(
     for idx in batches(len(xs), settings, generator):
         idx = idx.to(device)
         xb, yb = xs[idx], ys[idx]
+        if augment is not None:
+            xb = augment(xb, generator)
         optimizer.zero_grad(set_to_none=True)
         features = model.features(xb)
         logits = model.classifier(features)

@@ -30,6 +30,8 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     build_compression(cfg, "up")
     build_compression(cfg, "down")
     build_model(cfg)
+    if cfg.dataset.get("augment"):
+        build(cfg.dataset.augment, label="dataset.augment")
     load_dataset(cfg)
     partition_indices(cfg, cfg.num_clients)
     _check_resume(cfg, paths)

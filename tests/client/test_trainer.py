@@ -10,6 +10,7 @@ from client_app.algorithms.base import LocalContext
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.fedprox import FedProxRule
 from client_app.trainer import TrainSettings, batches, train_locally
+from fl_system.evaluation import evaluate
 from tests.client.tiny import linear_data, linear_model
 
 CPU = torch.device("cpu")
@@ -85,3 +86,29 @@ def test_result_reports_examples_steps_and_loss() -> None:
     )
     assert result.num_examples == 40 and result.steps == 5
     assert 0 < result.mean_loss < 5 and result.seconds > 0
+
+
+def test_augmentation_transforms_every_training_batch_and_not_the_local_score() -> None:
+    x, y = linear_data()
+    seen: list[torch.Tensor] = []
+
+    def negate(batch: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        seen.append(batch)
+        return -batch
+
+    settings = TrainSettings(batch_size=8, lr=0.1, local_steps=3)
+    plain, flipped = linear_model(), linear_model()
+    a = train_locally(plain, x, y, FedAvgRule(), settings, seed=5, device=CPU, evaluate_on=(x, y))
+    b = train_locally(
+        flipped, x, y, FedAvgRule(), settings, seed=5, device=CPU, evaluate_on=(x, y),
+        augment=negate,
+    )  # fmt: skip
+    assert len(seen) == b.steps == 3 and all(len(s) == 8 for s in seen)
+    assert not torch.equal(plain.classifier.weight, flipped.classifier.weight)
+    mirrored = linear_model()  # training on -x is training a model of -w on x
+    c = train_locally(mirrored, -x, y, FedAvgRule(), settings, seed=5, device=CPU)
+    assert torch.allclose(mirrored.classifier.weight, flipped.classifier.weight)
+    assert (
+        b.local_eval == evaluate(flipped, x, y, device=CPU) != evaluate(flipped, -x, y, device=CPU)
+    )
+    assert a.local_eval is not None and c.steps == 3
