@@ -88,6 +88,7 @@ def follow_run(
             if dead and dead[1] is not main:
                 raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {paths.logs}")
             time.sleep(poll)
+        procs.drain(main)
     finally:
         bar.close()
     if bar.log.failure is not None:

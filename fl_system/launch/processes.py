@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -48,29 +51,43 @@ class ProcessGroup:
 
     def __init__(self) -> None:
         self.procs: list[tuple[str, subprocess.Popen]] = []
+        self._copiers: dict[int, threading.Thread] = {}  # pid -> its output's copier
 
     def start(
         self, name: str, cmd: Sequence[str], log_path: Path, env: dict[str, str]
     ) -> subprocess.Popen:
+        """Start `cmd`; its output goes to `log_path` line by line, without the terminal
+        colour codes Flower's logger always writes."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         proc = subprocess.Popen(
             list(cmd),
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
         )
-        log.close()
+        copier = threading.Thread(
+            target=_copy_plain, args=(proc.stdout, log_path), name=f"log {name}", daemon=True
+        )
+        copier.start()
+        self._copiers[proc.pid] = copier
         self.procs.append((name, proc))
         return proc
+
+    def drain(self, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+        """Wait until an exited process's output is all in its log (its last lines may still
+        be in the pipe when it exits)."""
+        copier = self._copiers.get(proc.pid)
+        if copier is not None:
+            copier.join(timeout)
 
     def first_dead(self) -> tuple[str, subprocess.Popen, int] | None:
         """(name, process, exit code) of a process that has exited, if any."""
         for name, proc in self.procs:
             code = proc.poll()
             if code is not None:
+                self.drain(proc, timeout=2.0)
                 return name, proc, code
         return None
 
@@ -101,7 +118,20 @@ class ProcessGroup:
         for _, proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
+            self.drain(proc, timeout=2.0)
         self.procs.clear()
+        self._copiers.clear()
+
+
+ANSI_CODES = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _copy_plain(stream: IO[bytes], log_path: Path) -> None:
+    """Each line of `stream` into the log, colour codes removed, flushed as it comes."""
+    with stream, open(log_path, "ab") as log:
+        for line in iter(stream.readline, b""):
+            log.write(ANSI_CODES.sub(b"", line))
+            log.flush()
 
 
 def _proc_stat(pid: int) -> list[str] | None:
