@@ -125,6 +125,10 @@ class DirichletPartition:
         labels = _check(labels, num_partitions)
         if not self.alpha > 0:
             raise PartitionError(f"dirichlet alpha must be > 0, got {self.alpha}")
+        if isinstance(self.min_size, bool) or not isinstance(self.min_size, int):
+            raise PartitionError(f"dirichlet min_size must be an integer >= 0, got {self.min_size}")
+        if self.min_size < 0:
+            raise PartitionError(f"dirichlet min_size must be an integer >= 0, got {self.min_size}")
         if self.min_size * num_partitions > len(labels):
             raise PartitionError(
                 f"cannot give each of {num_partitions} partitions min_size={self.min_size} "

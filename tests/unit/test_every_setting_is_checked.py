@@ -1,0 +1,84 @@
+"""Every numeric setting of every shipped group option is checked before anything starts: set
+to -1, each one makes preflight refuse the run (add-ons' settings too, enabled or not)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from fl_system.cli import CONF_DIR
+from fl_system.overrides import options
+from fl_system.preflight import preflight
+from fl_system.run_dir import RunPaths
+
+BASE = {"dataset": "digits", "model": "mlp", "partition": "iid", "train.local_steps": 5}
+NEEDS = {  # what an option needs besides BASE to compose into a valid run
+    ("dataset", "mnist5k"): {"model": "cnn"},
+    ("dataset", "synthetic"): {"partition": "natural"},
+    ("partition", "natural"): {"dataset": "synthetic"},
+    ("partition", "niid2"): {"num_clients": 6},
+    ("model", "cnn"): {"dataset": "mnist5k"},
+    ("model", "resnet18_gn"): {"dataset": "mnist5k"},
+    ("model", "vgg11"): {"dataset": "mnist5k"},
+}
+ON_DISK = ("mnist", "fmnist", "cifar10", "cifar100")  # need files the tests do not have
+
+
+def _cfg(overrides: dict) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"{k}={v}" for k, v in overrides.items()])
+    with open_dict(cfg):
+        cfg.run_id = "walk"
+    return cfg
+
+
+def _numeric_settings(node: DictConfig, prefix: str) -> Iterator[str]:
+    """Keys of the numbers a user may set (interpolations are wiring, not settings)."""
+    for key in node:
+        child = node._get_node(key)
+        if OmegaConf.is_dict(child):
+            yield from _numeric_settings(child, f"{prefix}.{key}")
+        elif not OmegaConf.is_missing(node, key) and not OmegaConf.is_interpolation(node, key):
+            value = child._value()
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                yield f"{prefix}.{key}"
+
+
+def _cases() -> Iterator[tuple[str, str, str]]:
+    for group in ("algorithm", "dataset", "partition", "model"):
+        for option in options(CONF_DIR, group):
+            if option in ON_DISK:
+                continue
+            cfg = _cfg({**BASE, group: option, **NEEDS.get((group, option), {})})
+            for key in _numeric_settings(cfg[group], group):
+                yield group, option, key
+
+
+@pytest.mark.parametrize(("group", "option", "key"), list(_cases()))
+def test_minus_one_is_refused_before_anything_starts(
+    group: str, option: str, key: str, tmp_path: Path
+) -> None:
+    cfg = _cfg({**BASE, group: option, **NEEDS.get((group, option), {}), key: -1})
+    logging.disable(logging.WARNING)
+    try:
+        with pytest.raises((ValueError, RuntimeError)):
+            preflight(cfg, RunPaths(tmp_path / "run"))
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_the_walk_covers_the_shipped_options() -> None:
+    cases = list(_cases())
+    assert {
+        ("algorithm", "fedprox", "algorithm.mu"),
+        ("algorithm", "fedcat", "algorithm.eps"),
+        ("partition", "dirichlet", "partition.min_size"),
+        ("algorithm", "fedavg", "algorithm.disco.a"),
+    } <= set(cases)
+    assert ("dataset", "synthetic", "dataset.source.alpha") in cases
+    assert len(cases) > 60
