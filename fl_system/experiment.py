@@ -62,20 +62,16 @@ def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> An
         raise ConfigError(cause if name and cause.startswith(name) else f"{name}: {cause}") from err
 
 
-def addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
-    """(key, node) of every add-on, enabled or not: a node under `algorithm` with `enabled`,
-    `server` and `client` keys (FedDisco's weighting, FedGSNR's step schedule), in config
-    order."""
+def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    """(key, node) of every enabled add-on: a node under `algorithm` with `enabled`, `server`
+    and `client` keys (FedDisco's weighting, FedGSNR's step schedule), in config order."""
     return [
         (str(key), node)
         for key, node in cfg.algorithm.items()
-        if isinstance(node, DictConfig) and {"enabled", "server", "client"} <= set(node.keys())
+        if isinstance(node, DictConfig)
+        and {"enabled", "server", "client"} <= set(node.keys())
+        and node.enabled
     ]
-
-
-def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
-    """(key, node) of every enabled add-on."""
-    return [(key, node) for key, node in addons(cfg) if node.enabled]
 
 
 def build_strategy(cfg: DictConfig) -> Any:

@@ -6,7 +6,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from fl_system.checkpoint import check_same_experiment, load_checkpoint
 from fl_system.experiment import (
-    addons,
     build,
     build_client_addons,
     build_compression,
@@ -28,9 +27,6 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     build_strategy(cfg)
     build(cfg.algorithm.local_rule)
     build_client_addons(cfg)
-    for key, node in addons(cfg):  # a disabled add-on's settings are checked too
-        build(node.server, label=f"algorithm.{key}")
-        build(node.client, label=f"algorithm.{key}")
     build_compression(cfg, "up")
     build_compression(cfg, "down")
     build_model(cfg)

@@ -35,6 +35,7 @@ def _probability(v: Any) -> bool:
     return _non_negative_number(v) and v <= 1
 
 
+_ABSENT = object()
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (_int(0), "a non-negative integer"),
     "num_clients": (_int(1), "a positive integer"),
@@ -75,9 +76,25 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# The add-ons' numbers, checked where an algorithm has the add-on, enabled or not (their
+# classes check them again when built; a disabled one is not built, since it may need
+# settings only its enabled form uses, e.g. FedGSNR's train.local_steps).
+ADDON_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "algorithm.disco.a": (_non_negative_number, "a number >= 0"),
+    "algorithm.disco.b": (_non_negative_number, "a number >= 0"),
+    "algorithm.gsnr.samples": (_int(1), "an integer >= 1"),
+    "algorithm.gsnr.max_steps": (_optional(_int(1)), "null or an integer >= 1"),
+}
+
+
 def check_values(cfg: DictConfig) -> None:
-    """Type and range checks of the top-level settings."""
-    for key, (ok, expected) in RULES.items():
+    """Type and range checks of the top-level settings (and the add-ons' numbers)."""
+    present = {
+        k: v
+        for k, v in ADDON_RULES.items()
+        if OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT
+    }
+    for key, (ok, expected) in {**RULES, **present}.items():
         value = OmegaConf.select(cfg, key)
         if not ok(value):
             raise ConfigError(f"{key} must be {expected}, got {value!r}")

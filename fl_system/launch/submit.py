@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from fl_system.experiment import config_to_json
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup
 from fl_system.progress import follow_run
+from fl_system.results import MetricsLog
 from fl_system.run_dir import RunPaths
 
 CONNECTION = "fl-system"
@@ -77,4 +81,62 @@ def submit_and_follow(
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
     submit = procs.start("flwr run", flwr_run_command(run_file), paths.logs / "serverapp.log", env)
-    follow_run(cfg, paths, submit, procs)
+    try:
+        follow_run(cfg, paths, submit, procs)
+    except LaunchError as err:
+        if not paths.summary.exists():
+            stopped = _stopped_from_outside(paths, env)
+            if stopped is not None:
+                raise LaunchError(stopped) from None
+        raise err
+
+
+def stopped_message(run_id: int, status: str, saved: int | None, run_dir: Path) -> str | None:
+    """What to tell the user when Flower says the run ended stopped (None otherwise)."""
+    if status.rsplit(":", 1)[-1] != "stopped":
+        return None
+    kept = (
+        f"rounds up to {saved} are saved"
+        if saved
+        else "its run directory keeps the rounds it finished"
+    )
+    return (
+        f"Flower run {run_id} was stopped from outside (flwr stop); {kept}. Continue it with "
+        f"fl-run <the same overrides> resume=true hydra.run.dir={run_dir}"
+    )
+
+
+def _stopped_from_outside(paths: RunPaths, env: dict[str, str]) -> str | None:
+    """Ask the SuperLink what became of the run `flwr run` started (its id is in the log)."""
+    found = re.search(r"Successfully started run (\d+)", _read(paths.logs / "serverapp.log"))
+    if found is None:
+        return None
+    run_id = int(found.group(1))
+    try:
+        listed = subprocess.run(
+            ["flwr", "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
+        runs = json.loads(listed.stdout[listed.stdout.find("{") :]).get("runs", [])
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    if not runs:
+        return None
+    saved = _saved_rounds(paths)
+    return stopped_message(run_id, str(runs[0].get("status", "")), saved, paths.root)
+
+
+def _saved_rounds(paths: RunPaths) -> int | None:
+    rows = MetricsLog(paths.metrics).rows()
+    return int(float(rows[-1]["round"])) if rows else None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

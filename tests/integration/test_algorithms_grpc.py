@@ -9,6 +9,9 @@ a module's tests one at a time, so runs never overlap on the federation.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from fl_system.cli import CONF_DIR
 from fl_system.fedcat import ChainSchedule
 from fl_system.results import MetricsLog
 from tests.integration.conftest import (
+    FL_RUN,
     QUICK,
     HandStartedFederation,
     check_two_round_run,
@@ -105,3 +109,50 @@ def test_two_rounds_over_grpc(
         assert [[int(r["copy_0"]), int(r["copy_1"])] for r in rows] == [
             schedule.devices(rnd) for rnd in (1, 2)
         ]
+
+
+def test_a_run_stopped_with_flwr_stop_says_so_and_how_to_resume(
+    federation: HandStartedFederation, shared_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`flwr stop` on a running fl-run: fl-run exits 1 saying the run was stopped from outside,
+    which rounds are saved and how to continue, in one plain line."""
+    run_dir = tmp_path / "run"
+    args = [*QUICK, "num_rounds=500", *federation.remote_args(), f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(
+        [FL_RUN, *args],
+        env=shared_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        log, deadline, found = run_dir / "logs" / "serverapp.log", time.monotonic() + 120, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            found = re.search(r"Successfully started run (\d+)", text)
+            if found and "round 2/500" in text:
+                break
+            time.sleep(0.2)
+        assert found is not None and proc.poll() is None, "the run did not get going"
+        home = tmp_path / "flwr-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            '[superlink]\ndefault = "fed"\n\n[superlink.fed]\n'
+            f'address = "127.0.0.1:{federation.control}"\ninsecure = true\n'
+        )
+        stop_env = {**shared_env, "FLWR_HOME": str(home)}
+        subprocess.run(
+            ["flwr", "stop", found.group(1), "fed"], env=stop_env, check=True, timeout=60
+        )
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    (line,) = [x for x in err.splitlines() if "error" in x]
+    assert line.startswith(
+        f"fl-run: error: Flower run {found.group(1)} was stopped from outside (flwr stop); "
+        "rounds up to "
+    )
+    assert f"resume=true hydra.run.dir={run_dir}" in line and "\x1b" not in err

@@ -16,12 +16,14 @@ from fl_system.overrides import options
 from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
 
-BASE = {"dataset": "digits", "model": "mlp", "partition": "iid", "train.local_steps": 5}
+BASE = {"dataset": "digits", "model": "mlp", "partition": "iid"}
 NEEDS = {  # what an option needs besides BASE to compose into a valid run
     ("dataset", "mnist5k"): {"model": "cnn"},
     ("dataset", "synthetic"): {"partition": "natural"},
     ("partition", "natural"): {"dataset": "synthetic"},
     ("partition", "niid2"): {"num_clients": 6},
+    ("algorithm", "fedgsnr"): {"train.local_steps": 5},
+    ("algorithm", "taco"): {"train.local_steps": 5},
     ("model", "cnn"): {"dataset": "mnist5k"},
     ("model", "resnet18_gn"): {"dataset": "mnist5k"},
     ("model", "vgg11"): {"dataset": "mnist5k"},
@@ -50,26 +52,43 @@ def _numeric_settings(node: DictConfig, prefix: str) -> Iterator[str]:
 
 
 def _cases() -> Iterator[tuple[str, str, str]]:
-    for group in ("algorithm", "dataset", "partition", "model"):
-        for option in options(CONF_DIR, group):
-            if option in ON_DISK:
-                continue
-            cfg = _cfg({**BASE, group: option, **NEEDS.get((group, option), {})})
-            for key in _numeric_settings(cfg[group], group):
-                yield group, option, key
+    for group, option in _walked():
+        cfg = _cfg({**BASE, group: option, **NEEDS.get((group, option), {})})
+        for key in _numeric_settings(cfg[group], group):
+            yield group, option, key
+
+
+def _walked() -> list[tuple[str, str]]:
+    return [
+        (group, option)
+        for group in ("algorithm", "dataset", "partition", "model")
+        for option in options(CONF_DIR, group)
+        if option not in ON_DISK
+    ]
+
+
+def _preflight(overrides: dict, run_dir: Path) -> None:
+    logging.disable(logging.WARNING)
+    try:
+        preflight(_cfg(overrides), RunPaths(run_dir))
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize(("group", "option"), _walked())
+def test_every_option_passes_with_its_shipped_values(
+    group: str, option: str, tmp_path: Path
+) -> None:
+    """The base of the walk below: nothing else in the config is what fails."""
+    _preflight({**BASE, group: option, **NEEDS.get((group, option), {})}, tmp_path / "run")
 
 
 @pytest.mark.parametrize(("group", "option", "key"), list(_cases()))
 def test_minus_one_is_refused_before_anything_starts(
     group: str, option: str, key: str, tmp_path: Path
 ) -> None:
-    cfg = _cfg({**BASE, group: option, **NEEDS.get((group, option), {}), key: -1})
-    logging.disable(logging.WARNING)
-    try:
-        with pytest.raises((ValueError, RuntimeError)):
-            preflight(cfg, RunPaths(tmp_path / "run"))
-    finally:
-        logging.disable(logging.NOTSET)
+    with pytest.raises((ValueError, RuntimeError)):
+        _preflight({**BASE, group: option, **NEEDS.get((group, option), {}), key: -1}, tmp_path)
 
 
 def test_the_walk_covers_the_shipped_options() -> None:
