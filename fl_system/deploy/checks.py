@@ -170,6 +170,27 @@ def wait_reachable(
         time.sleep(min(interval, max(left, 0.0)))
 
 
+def check_plain(host: str, port: int, timeout: float = 10.0) -> None:
+    """A client started with --insecure must find a server that speaks plain text: a TLS
+    server would only ever look unreachable to it."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # only asking whether TLS answers at all
+    context.set_alpn_protocols(["h2"])
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            pass
+    except (ssl.SSLError, OSError):
+        return  # no TLS handshake: plain text, as asked
+    raise DeployError(
+        f"{host}:{port} speaks TLS and this client was started with --insecure (plain text); "
+        "start it with --root-certificates CA.crt (the federation's ca.crt) instead"
+    )
+
+
 def check_tls(host: str, port: int, ca_file: Path | None, timeout: float = 10.0) -> None:
     """Handshake like Flower's gRPC client would; explain a certificate the CA (or, with
     None, the system's trust store) cannot verify."""

@@ -23,6 +23,7 @@ from fl_system import protocol
 from fl_system.deploy.checks import (
     DeployError,
     check_auth_key,
+    check_plain,
     check_tls,
     echo,
     is_loopback,
@@ -152,7 +153,9 @@ def check(args: argparse.Namespace) -> str:
     if args.insecure and not is_loopback(host):
         say(f"WARNING: plain text to {args.server}: model updates cross the network unencrypted")
     wait_reachable(host, port, args.connect_timeout, say=say)
-    if not args.insecure:
+    if args.insecure:
+        check_plain(host, port)
+    else:
         check_tls(host, port, args.root_certificates)
     return config
 

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from fl_system.deploy import certs, client, server
-from fl_system.deploy.checks import DeployError, check_tls, split_address, wait_reachable
+from fl_system.deploy.checks import (
+    DeployError,
+    check_plain,
+    check_tls,
+    split_address,
+    wait_reachable,
+)
 
 
 def _material(root: Path, *, names=("localhost",), expired: bool = False) -> Path:
@@ -113,6 +119,15 @@ def test_a_plain_text_server_is_told_apart(tmp_path: Path) -> None:
     with tls_listener(None) as port, pytest.raises(DeployError) as err:
         check_tls("localhost", port, material / certs.CA_CERT)
     assert "does not speak TLS" in str(err.value)
+
+
+def test_a_plain_text_client_is_told_that_the_server_speaks_tls(tmp_path: Path) -> None:
+    material = _material(tmp_path / "ok")
+    with tls_listener(material) as port, pytest.raises(DeployError) as err:
+        check_plain("127.0.0.1", port)
+    assert str(err.value).startswith(f"127.0.0.1:{port} speaks TLS and this client was started")
+    with tls_listener(None) as port:
+        check_plain("127.0.0.1", port)  # a plain-text server is what --insecure expects
 
 
 def test_nothing_listening_gives_up_after_the_timeout_with_a_countdown() -> None:
