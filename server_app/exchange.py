@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flwr.app import Message
+from flwr.app import Message, Metadata
 from flwr.serverapp import Grid
 
 from fl_system import flwr_hooks, wire
@@ -56,14 +56,16 @@ def _push_and_pull(
     grid: Grid, messages: list[Message], timeout: float
 ) -> tuple[list[Message], int]:
     """The replies and their bytes; each is counted and unpacked as it arrives, not at the end."""
-    pending = set(grid.push_messages(messages))
+    ids = list(grid.push_messages(messages))
+    sent_to = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
+    pending = set(ids)
     deadline = time.monotonic() + timeout
     replies: list[Message] = []
     bytes_up = 0
     wait, pulls, pulling = FIRST_POLL_SECONDS, 0, 0.0
     while pending:
         start = time.monotonic()
-        got = list(grid.pull_messages(pending))
+        got = [_attributed(r, sent_to) for r in grid.pull_messages(pending)]
         pulls, pulling = pulls + 1, pulling + time.monotonic() - start
         pending.difference_update(m.metadata.reply_to_message_id for m in got)
         ok = [r for r in got if not r.has_error()]
@@ -76,6 +78,30 @@ def _push_and_pull(
         time.sleep(wait)
         wait = poll_wait(wait, pulling / pulls)
     return replies, bytes_up
+
+
+def _attributed(reply: Message, sent_to: dict[str, int]) -> Message:
+    """An error the SuperLink wrote for a node (it was unavailable, or gone) comes from the
+    SuperLink's own id: name the node the message was sent to instead, so logs and failure
+    counts speak of the node that did not answer."""
+    node = sent_to.get(reply.metadata.reply_to_message_id)
+    if not reply.has_error() or node is None or reply.metadata.src_node_id == node:
+        return reply
+    md = reply.metadata
+    return Message(
+        metadata=Metadata(
+            run_id=md.run_id,
+            message_id=md.message_id,
+            src_node_id=node,
+            dst_node_id=md.dst_node_id,
+            reply_to_message_id=md.reply_to_message_id,
+            group_id=md.group_id,
+            created_at=md.created_at,
+            ttl=md.ttl,
+            message_type=md.message_type,
+        ),
+        error=reply.error,
+    )
 
 
 def poll_wait(previous: float, pull_seconds: float) -> float:
