@@ -38,6 +38,9 @@ from fl_system.launch.processes import free_port, tool_env
 # fl-server has registered the keys, so this is retried until --connect-timeout runs out.
 UNKNOWN_KEY = "Failed to activate SuperNode"
 RETRY_SECONDS = 5.0
+# A stopping client (Ctrl-C, SIGTERM, `docker stop` with its 10 s) gives its SuperNode this
+# long after SIGINT; one still reconnecting to a SuperLink that is gone would take longer.
+STOP_GRACE_SECONDS = 4.0
 # Lines of the SuperNode's output that mean this node will not take part.
 FATAL_OUTPUT = {
     protocol.TURNED_AWAY_LOG: None,  # our ClientApp's own line carries the reason
@@ -204,11 +207,13 @@ def _fatal(line: str) -> str | None:
     return None
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGINT the SuperNode's tree, SIGKILL what is left after `grace` seconds (its state
+    files are written atomically, so a kill never leaves half of one)."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=15)
+            proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import socket
 import ssl
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -188,3 +191,30 @@ def test_fl_certs_never_overwrites(tmp_path: Path, capsys) -> None:
     assert certs.main([str(tmp_path), "--server-name", "a", "--if-missing"]) == 0
     assert (tmp_path / certs.CA_CERT).read_bytes() == before
     assert oct((tmp_path / "supernode-0.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_fl_client_stops_a_supernode_that_ignores_sigint_within_its_grace(tmp_path: Path) -> None:
+    """docker stop allows 10 s: a SuperNode that does not end on SIGINT (still reconnecting to
+    a SuperLink that is gone) is killed after the grace, with its whole process group."""
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert proc.stdout is not None
+    grandchild = int(proc.stdout.readline())
+    started = time.monotonic()
+    client._stop(proc)
+    assert time.monotonic() - started < client.STOP_GRACE_SECONDS + 3
+    assert proc.poll() is not None
+    time.sleep(0.2)
+    assert (
+        not Path(f"/proc/{grandchild}").exists()
+        or "Z" in Path(f"/proc/{grandchild}/stat").read_text().split()[2]
+    )
