@@ -59,6 +59,7 @@ class ProcessGroup:
         """Start `cmd`; its output goes to `log_path` line by line, without the terminal
         colour codes Flower's logger always writes."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")  # noqa: SIM115 - the copier closes it; exists from now on
         proc = subprocess.Popen(
             list(cmd),
             stdout=subprocess.PIPE,
@@ -68,7 +69,7 @@ class ProcessGroup:
             start_new_session=True,
         )
         copier = threading.Thread(
-            target=_copy_plain, args=(proc.stdout, log_path), name=f"log {name}", daemon=True
+            target=_copy_plain, args=(proc.stdout, log), name=f"log {name}", daemon=True
         )
         copier.start()
         self._copiers[proc.pid] = copier
@@ -126,9 +127,9 @@ class ProcessGroup:
 ANSI_CODES = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def _copy_plain(stream: IO[bytes], log_path: Path) -> None:
+def _copy_plain(stream: IO[bytes], log: IO[bytes]) -> None:
     """Each line of `stream` into the log, colour codes removed, flushed as it comes."""
-    with stream, open(log_path, "ab") as log:
+    with stream, log:
         for line in iter(stream.readline, b""):
             log.write(ANSI_CODES.sub(b"", line))
             log.flush()
