@@ -35,7 +35,7 @@ from fl_system import protocol
 from fl_system.aggregation import weighted_average
 from fl_system.fedcat import ChainSchedule, copies_average, cycle_position
 from server_app.addons import ServerAddon
-from server_app.rounds import RoundPlan, RoundResult
+from server_app.rounds import RoundPlan, RoundResult, RoundSteps
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 from server_app.strategies.replies import arrays_like
 
@@ -98,7 +98,8 @@ class FedCat(FederatedStrategy):
     def choose(self, server_round: int, available: Sequence[int]) -> list[int]:
         self._devices = self.schedule.devices(server_round)
         self._copy_of = {d: i for i, d in enumerate(self._devices)}
-        missing = [d for d in self._devices if d not in set(available)]
+        connected = set(available)
+        missing = [d for d in self._devices if d not in connected]
         for d in missing:
             log.warning(
                 "round %d: partition %d (copy %d) is not connected; the copy skips this hop",
@@ -108,7 +109,7 @@ class FedCat(FederatedStrategy):
             )
         return [d for d in self._devices if d not in missing]
 
-    def round(self, plan: RoundPlan):
+    def round(self, plan: RoundPlan) -> RoundSteps:
         if self.concatenate and cycle_position(plan.round, self.k) == 0:
             start = dict(zip(plan.arrays.keys(), plan.arrays.to_numpy_ndarrays(), strict=True))
             self.copies = [dict(start) for _ in range(self.k)]
