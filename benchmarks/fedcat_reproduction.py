@@ -4,16 +4,19 @@ only, "w/ DC"), with the participation spread the count table is meant to flatte
 
 Every run is `fl-run runtime=simulation` with the paper's client setting: 100 clients, 10 per
 round (FedCat: k = 10 copies, so a cycle is 10 rounds), --epochs local epochs of SGD with lr
-0.01, momentum 0.9 and batch 50, partition=dirichlet with alpha in --alphas, central evaluation
+0.01, momentum 0.9 and batch 50, central evaluation
 every 10 rounds (at FedCat's cycle ends), --rounds rounds, seeds --seeds. One seed gives every
 arm the same partition and initial model (checked below); which clients train differs by
-design (FedCat picks its own). mnist5k has 4,000 training images, 40 per client: at alpha
-0.1 no Dirichlet draw gives every client 10 (the spec's min_size) or even 2 of them, so every
-alpha uses min_size 1 (clients of 1 to about 160 images at alpha 0.1).
+design (FedCat picks its own).
 
-    datasets   mnist: mnist5k + cnn (the paper's MNIST column; its gains there are within
-               noise); linear: mnist5k + multinomial logistic regression, a smaller model
-               (--datasets)
+    datasets   mnist: mnist5k + cnn, partition=dirichlet with alpha in --alphas (the paper's
+               MNIST column; its gains there are within noise). mnist5k has 4,000 training
+               images, 40 per client: at alpha 0.1 no Dirichlet draw gives every client 10
+               (the spec's min_size) or even 2 of them, so every alpha uses min_size 1
+               (clients of 1 to about 160 images at alpha 0.1).
+               synthetic: FedProx's Synthetic(1, 1), one silo per client (partition=natural),
+               multinomial logistic regression: the harder setting, where each client's data
+               comes from its own model and FedAvg is visibly hurt by the skew (--datasets)
     arms       FedAvg, FedProx (mu 0.1, the paper's MNIST value), SCAFFOLD, FedCat (eps 0.5,
                lam 1), FedCat w/ GC, FedCat w/ DC
 
@@ -21,7 +24,7 @@ Accuracy: the best evaluation and the mean of the last 5 (spec 4.4); gains are F
 FedAvg per seed.
 
     python benchmarks/fedcat_reproduction.py [--seeds 0 1 2] [--rounds 300] [--epochs 5]
-        [--alphas 0.1 0.5 1.0] [--datasets mnist digits] [--notes NOTES.md]
+        [--alphas 0.1 0.5 1.0] [--datasets mnist synthetic] [--notes NOTES.md]
     python benchmarks/fedcat_reproduction.py --estimate      # one short run per arm: cost
 """
 
@@ -65,18 +68,17 @@ NUM_CLIENTS, K = 100, 10
 COMMON = (
     "runtime=simulation",
     f"num_clients={NUM_CLIENTS}",
-    "partition=dirichlet",
-    "partition.min_size=1",
     "train.lr=0.01",
     "train.momentum=0.9",
     "train.batch_size=50",
     f"eval_every={EVAL_EVERY}",
 )
 DATASETS = {
-    "mnist": ("dataset=mnist5k", "model=cnn"),
-    "linear": ("dataset=mnist5k", "model=mlp", "model.hidden=[]"),
+    "mnist": ("dataset=mnist5k", "model=cnn", "partition=dirichlet", "partition.min_size=1"),
+    "synthetic": ("dataset=synthetic", "model=mlp", "model.hidden=[]", "partition=natural"),
 }
-LABELS = {"mnist": "mnist5k + cnn", "linear": "mnist5k + logistic regression"}
+LABELS = {"mnist": "mnist5k + cnn", "synthetic": "Synthetic(1, 1) + logistic regression"}
+SKEWED = {"mnist"}  # the datasets split by Dirichlet alpha (the others by their silos)
 SAMPLED = (f"clients_per_round={K}",)
 FEDCAT = ("algorithm=fedcat", f"algorithm.k={K}")
 ARMS = {
@@ -101,11 +103,20 @@ PAPER_CIFAR10_ABLATION = {  # Table 3, CIFAR-10: FedAvg, w/ GC, w/ DC, FedCat
 }
 
 
-def run_spec(dataset: str, alpha: float, arm: str, seed: int, args) -> RunSpec:
+def settings(args: argparse.Namespace) -> list[tuple[str, float | None]]:
+    """(dataset, alpha): one per alpha for a Dirichlet-split dataset, else (dataset, None)."""
+    return [(d, a) for d in args.datasets for a in (args.alphas if d in SKEWED else [None])]
+
+
+def setting_label(dataset: str, alpha: float | None) -> str:
+    return LABELS[dataset] + (f", Dirichlet {alpha:g}" if alpha is not None else "")
+
+
+def run_spec(dataset: str, alpha: float | None, arm: str, seed: int, args) -> RunSpec:
     overrides = (
         *COMMON,
         *DATASETS[dataset],
-        f"partition.alpha={alpha}",
+        *([f"partition.alpha={alpha}"] if alpha is not None else []),
         f"train.local_epochs={args.epochs}",
         *ARMS[arm],
         f"seed={seed}",
@@ -116,11 +127,7 @@ def run_spec(dataset: str, alpha: float, arm: str, seed: int, args) -> RunSpec:
 
 def specs(args: argparse.Namespace) -> list[RunSpec]:
     return [
-        run_spec(d, a, arm, s, args)
-        for d in args.datasets
-        for a in args.alphas
-        for s in args.seeds
-        for arm in ARMS
+        run_spec(d, a, arm, s, args) for d, a in settings(args) for s in args.seeds for arm in ARMS
     ]
 
 
@@ -132,7 +139,7 @@ def run_all(grid: Sequence[RunSpec], keep: Path | None = None) -> list[RunOutcom
 
 
 # ----- analysis ---------------------------------------------------------------------------
-def runs(outcomes, dataset: str, alpha: float, arm: str, seeds) -> list[RunOutcome]:
+def runs(outcomes, dataset: str, alpha: float | None, arm: str, seeds) -> list[RunOutcome]:
     return [find(outcomes, setting=dataset, alpha=alpha, arm=arm, seed=s) for s in seeds]
 
 
@@ -187,25 +194,23 @@ def header(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
 
 def start_section(ctx: Context) -> list[str]:
     lines = ["## Same start", ""]
-    for d in ctx.args.datasets:
-        for a in ctx.args.alphas:
-            for s in ctx.args.seeds:
-                states = [
-                    start_state(compose_config(run_spec(d, a, arm, s, ctx.args).overrides))
-                    for arm in ARMS
-                ]
-                same = all(
-                    (x.partition_digest, x.model_digest)
-                    == (states[0].partition_digest, states[0].model_digest)
-                    for x in states
-                )
-                sizes = states[0].sizes
-                lines.append(
-                    f"- {LABELS[d]}, alpha {a:g}, seed {s}: "
-                    f"{'same' if same else '**different**'} partition and initial model in "
-                    f"all {len(states)} arms; client sizes {min(sizes)}..{max(sizes)} "
-                    f"(median {int(statistics.median(sizes))})"
-                )
+    for d, a in settings(ctx.args):
+        for s in ctx.args.seeds:
+            states = [
+                start_state(compose_config(run_spec(d, a, arm, s, ctx.args).overrides))
+                for arm in ARMS
+            ]
+            same = all(
+                (x.partition_digest, x.model_digest)
+                == (states[0].partition_digest, states[0].model_digest)
+                for x in states
+            )
+            sizes = states[0].sizes
+            lines.append(
+                f"- {setting_label(d, a)}, seed {s}: {'same' if same else '**different**'} "
+                f"partition and initial model in all {len(states)} arms; client sizes "
+                f"{min(sizes)}..{max(sizes)} (median {int(statistics.median(sizes))})"
+            )
     return lines
 
 
@@ -213,22 +218,24 @@ def accuracy_table(
     ctx: Context, outcomes, dataset: str, arms: Sequence[str], paper: dict, title: str
 ) -> list[str]:
     seeds = ctx.args.seeds
+    alphas = [a for d, a in settings(ctx.args) if d == dataset]
     head = " | ".join(f"{arm} last {LAST_EVALS} | {arm} best" for arm in arms)
     lines = [
         f"## {title}: {LABELS[dataset]}",
         "",
-        f"| alpha | {head} | paper ({', '.join(arms)}) |",
+        f"| split | {head} | paper ({', '.join(arms)}) |",
         "|---|" + "---|" * (2 * len(arms)) + "---|",
     ]
-    for a in ctx.args.alphas:
+    for a in alphas:
         cells = []
         for arm in arms:
             rs = runs(outcomes, dataset, a, arm, seeds)
             cells += [pct([last_mean(o) for o in rs]), pct([o.best for o in rs])]
-        ref = " / ".join(paper.get(a, ("—",) * len(arms)))
-        lines.append(f"| {a:g} | {' | '.join(cells)} | {ref} |")
+        ref = " / ".join(paper.get(a, ("—",) * len(arms))) if dataset in SKEWED else "—"
+        split = f"Dirichlet {a:g}" if a is not None else "one silo each"
+        lines.append(f"| {split} | {' | '.join(cells)} | {ref} |")
     lines += ["", "FedCat minus each arm, last-5 mean, per seed:", ""]
-    for a in ctx.args.alphas:
+    for a in alphas:
         mine = runs(outcomes, dataset, a, "FedCat", seeds)
         for arm in arms:
             if arm == "FedCat":
@@ -237,7 +244,7 @@ def accuracy_table(
             gains = [
                 difference(last_mean(x), last_mean(y)) for x, y in zip(mine, other, strict=True)
             ]
-            lines.append(f"- alpha {a:g}, FedCat - {arm}: {significance(gains)}")
+            lines.append(f"- {setting_label(dataset, a)}, FedCat - {arm}: {significance(gains)}")
     return lines
 
 
@@ -249,18 +256,17 @@ def participation(ctx: Context, outcomes) -> list[str]:
         f"seeds); {ctx.args.rounds} rounds x 10 picks make {ctx.args.rounds // 10} per client "
         "on average.",
         "",
-        "| dataset | alpha | " + " | ".join(ARMS) + " |",
-        "|---|---|" + "---|" * len(ARMS),
+        "| setting | " + " | ".join(ARMS) + " |",
+        "|---|" + "---|" * len(ARMS),
     ]
-    for d in ctx.args.datasets:
-        for a in ctx.args.alphas:
-            cells = []
-            for arm in ARMS:
-                counts = [picks(o) for o in runs(outcomes, d, a, arm, ctx.args.seeds)]
-                low = statistics.fmean(min(c) for c in counts)
-                high = statistics.fmean(max(c) for c in counts)
-                cells.append(f"{low:.1f} / {high:.1f}")
-            lines.append(f"| {LABELS[d]} | {a:g} | " + " | ".join(cells) + " |")
+    for d, a in settings(ctx.args):
+        cells = []
+        for arm in ARMS:
+            counts = [picks(o) for o in runs(outcomes, d, a, arm, ctx.args.seeds)]
+            low = statistics.fmean(min(c) for c in counts)
+            high = statistics.fmean(max(c) for c in counts)
+            cells.append(f"{low:.1f} / {high:.1f}")
+        lines.append(f"| {setting_label(d, a)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -277,14 +283,13 @@ COLORS = {
 def write_plot(ctx: Context, outcomes, path: Path) -> None:
     panels = [
         Panel(
-            f"{LABELS[d]}, Dirichlet {a:g}",
+            setting_label(d, a),
             [
                 Curve(arm, runs(outcomes, d, a, arm, ctx.args.seeds), COLORS[arm], "w/" in arm)
                 for arm in ARMS
             ],
         )
-        for d in ctx.args.datasets
-        for a in ctx.args.alphas
+        for d, a in settings(ctx.args)
     ]
     write_curves(panels, path)
 
@@ -315,14 +320,15 @@ def render(ctx: Context, outcomes, plot: Path) -> str:
 
 # ----- main -------------------------------------------------------------------------------
 def estimate(args: argparse.Namespace) -> int:
-    """One 20-round run of each arm per dataset (first alpha, seed 0); project the grid."""
+    """One 20-round run of each arm per dataset (its first setting, seed 0); project the grid."""
     total = 0.0
     short = argparse.Namespace(**{**vars(args), "rounds": 2 * K})
     for d in args.datasets:
+        split = [a for dd, a in settings(args) if dd == d]
         for arm in ARMS:
-            (o,) = run_all([run_spec(d, args.alphas[0], arm, 0, short)])
+            (o,) = run_all([run_spec(d, split[0], arm, 0, short)])
             seconds = project(o, args.rounds)
-            total += seconds * len(args.alphas) * len(args.seeds)
+            total += seconds * len(split) * len(args.seeds)
             print(
                 f"[estimate] {d} {arm}: {o.seconds_per_round:.2f} s/round, fixed "
                 f"{o.fixed_seconds:.0f} s -> {seconds / 60:.1f} min per run",
