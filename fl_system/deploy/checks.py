@@ -170,19 +170,24 @@ def wait_reachable(
         time.sleep(min(interval, max(left, 0.0)))
 
 
+def _handshake(host: str, port: int, context: ssl.SSLContext, timeout: float) -> None:
+    """One TLS handshake as Flower's gRPC client makes it (ALPN h2)."""
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((host, port), timeout=timeout) as raw,
+        context.wrap_socket(raw, server_hostname=host),
+    ):
+        pass
+
+
 def check_plain(host: str, port: int, timeout: float = 10.0) -> None:
     """A client started with --insecure must find a server that speaks plain text: a TLS
     server would only ever look unreachable to it."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # only asking whether TLS answers at all
-    context.set_alpn_protocols(["h2"])
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout) as raw,
-            context.wrap_socket(raw, server_hostname=host),
-        ):
-            pass
+        _handshake(host, port, context, timeout)
     except (ssl.SSLError, OSError):
         return  # no TLS handshake: plain text, as asked
     raise DeployError(
@@ -195,13 +200,8 @@ def check_tls(host: str, port: int, ca_file: Path | None, timeout: float = 10.0)
     """Handshake like Flower's gRPC client would; explain a certificate the CA (or, with
     None, the system's trust store) cannot verify."""
     context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
-    context.set_alpn_protocols(["h2"])
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout) as raw,
-            context.wrap_socket(raw, server_hostname=host),
-        ):
-            return
+        _handshake(host, port, context, timeout)
     except ssl.SSLCertVerificationError as err:
         detail = err.verify_message or str(err)
         if "expired" in detail:
