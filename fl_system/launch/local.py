@@ -63,6 +63,7 @@ class LocalRuntime:
             ],
             paths.logs / "superlink.log",
             env,
+            plain=True,
         )
         # Every node reads its partition from the shared cache instead of N nodes loading and
         # partitioning the dataset at once in round 1 (preflight has loaded it already).
@@ -85,6 +86,7 @@ class LocalRuntime:
                 ],
                 paths.logs / f"supernode-{pid}.log",
                 env,
+                plain=True,
             )
         return control
 

@@ -54,25 +54,35 @@ class ProcessGroup:
         self._copiers: dict[int, threading.Thread] = {}  # pid -> its output's copier
 
     def start(
-        self, name: str, cmd: Sequence[str], log_path: Path, env: dict[str, str]
+        self,
+        name: str,
+        cmd: Sequence[str],
+        log_path: Path,
+        env: dict[str, str],
+        *,
+        plain: bool = False,
     ) -> subprocess.Popen:
-        """Start `cmd`; its output goes to `log_path` line by line, without the terminal
-        colour codes Flower's logger always writes."""
+        """Start `cmd` with its output in `log_path`. `plain` (the run directory's logs)
+        copies it line by line without the colour codes Flower's logger always writes;
+        otherwise the process writes the file itself."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab")  # noqa: SIM115 - the copier closes it; exists from now on
+        log = open(log_path, "ab")  # noqa: SIM115 - exists from now on; closed below or by the copier
         proc = subprocess.Popen(
             list(cmd),
-            stdout=subprocess.PIPE,
+            stdout=subprocess.PIPE if plain else log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
         )
-        copier = threading.Thread(
-            target=_copy_plain, args=(proc.stdout, log), name=f"log {name}", daemon=True
-        )
-        copier.start()
-        self._copiers[proc.pid] = copier
+        if plain:
+            copier = threading.Thread(
+                target=_copy_plain, args=(proc.stdout, log), name=f"log {name}", daemon=True
+            )
+            copier.start()
+            self._copiers[proc.pid] = copier
+        else:
+            log.close()  # the child holds its own descriptor
         self.procs.append((name, proc))
         return proc
 

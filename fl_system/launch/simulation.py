@@ -55,7 +55,9 @@ class SimulationRuntime:
             ]
             env = tool_env({THREADS_ENV: str(self.torch_threads), "RAY_DEDUP_LOGS": "0"})
             try:
-                engine = procs.start("simulation", cmd, paths.logs / "serverapp.log", env)
+                engine = procs.start(
+                    "simulation", cmd, paths.logs / "serverapp.log", env, plain=True
+                )
                 follow_run(cfg, paths, engine, procs)
                 discard_finished(cfg)  # only a completed run gets here
             finally:

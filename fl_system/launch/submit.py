@@ -80,7 +80,9 @@ def submit_and_follow(
     flwr_home = Path(env["FLWR_HOME"])
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
-    submit = procs.start("flwr run", flwr_run_command(run_file), paths.logs / "serverapp.log", env)
+    submit = procs.start(
+        "flwr run", flwr_run_command(run_file), paths.logs / "serverapp.log", env, plain=True
+    )
     try:
         follow_run(cfg, paths, submit, procs)
     except LaunchError as err:

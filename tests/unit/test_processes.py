@@ -18,7 +18,7 @@ def test_a_childs_log_keeps_its_lines_and_drops_colour_codes(tmp_path: Path) -> 
     log = tmp_path / "logs" / "child.log"
     procs = ProcessGroup()
     try:
-        child = procs.start("child", [sys.executable, "-c", script], log, tool_env())
+        child = procs.start("child", [sys.executable, "-c", script], log, tool_env(), plain=True)
         child.wait(timeout=30)
         procs.drain(child)
     finally:
