@@ -139,6 +139,15 @@ def check_auth_key(path: Path) -> None:
         )
 
 
+def reachable(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether a TCP connection to host:port succeeds now."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def wait_reachable(
     host: str,
     port: int,

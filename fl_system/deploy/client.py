@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ from fl_system.deploy.checks import (
     check_tls,
     echo,
     is_loopback,
+    reachable,
     require_file,
     split_address,
     start_piped,
@@ -38,6 +40,8 @@ from fl_system.launch.processes import free_port, tool_env
 # fl-server has registered the keys, so this is retried until --connect-timeout runs out.
 UNKNOWN_KEY = "Failed to activate SuperNode"
 RETRY_SECONDS = 5.0
+# Flower gives up reconnecting after --connect-timeout; the watch acts only this much later.
+WATCH_MARGIN_SECONDS = 10.0
 # A stopping client (Ctrl-C, SIGTERM, `docker stop` with its 10 s) gives its SuperNode this
 # long after SIGINT; one still reconnecting to a SuperLink that is gone would take longer.
 STOP_GRACE_SECONDS = 4.0
@@ -189,15 +193,60 @@ def _run_supernode(args: argparse.Namespace, config: str) -> int:
     proc = start_piped(supernode_command(args, config), tool_env(), own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
     say(f"SuperNode for partition {args.partition_id} started, server {args.server}")
+    host, port = split_address(args.server, "--server")
+    watch = ServerWatch(host, port, args.connect_timeout + WATCH_MARGIN_SECONDS, proc)
     try:
         assert proc.stdout is not None
         for line in echo(proc.stdout):
+            if "ERROR" in line:
+                watch.arm()
             reason = _fatal(line)
             if reason is not None:
                 raise (KeyNotRegistered if UNKNOWN_KEY in line else DeployError)(reason)
-        return proc.wait()
+        code = proc.wait()
+        if watch.lost:
+            raise DeployError(FATAL_OUTPUT["Giving up reconnection"])
+        return code
     finally:
+        watch.done.set()
         _stop(proc)
+
+
+class ServerWatch:
+    """A backstop for a SuperNode that stops noticing its server: a call the stopping server
+    cancelled is not retried by Flower, and the node then waits forever. After an error line
+    (`arm`), the server's port is probed; if it stays closed for `limit` seconds the SuperNode
+    is stopped and `lost` is set, and the first successful probe disarms the watch again."""
+
+    def __init__(
+        self, host: str, port: int, limit: float, proc: subprocess.Popen, interval: float = 2.0
+    ) -> None:
+        self.lost = False
+        self.done = threading.Event()
+        self._armed = threading.Event()
+        self._args = (host, port, limit, proc, interval)
+        threading.Thread(target=self._watch, name="server-watch", daemon=True).start()
+
+    def arm(self) -> None:
+        self._armed.set()
+
+    def _watch(self) -> None:
+        host, port, limit, proc, interval = self._args
+        down_since: float | None = None
+        while not self.done.is_set() and proc.poll() is None:
+            if not self._armed.is_set():
+                self._armed.wait(interval)
+                continue
+            if reachable(host, port):
+                down_since = None
+                self._armed.clear()
+            elif down_since is None:
+                down_since = time.monotonic()
+            elif time.monotonic() - down_since >= limit:
+                self.lost = True
+                _stop(proc)
+                return
+            self.done.wait(interval)
 
 
 def _fatal(line: str) -> str | None:

@@ -218,3 +218,35 @@ def test_fl_client_stops_a_supernode_that_ignores_sigint_within_its_grace(tmp_pa
         not Path(f"/proc/{grandchild}").exists()
         or "Z" in Path(f"/proc/{grandchild}/stat").read_text().split()[2]
     )
+
+
+def test_the_server_watch_stops_a_supernode_whose_server_stays_gone() -> None:
+    """After an error line, a server port closed for the whole limit stops the SuperNode."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # bound, never listening: connections are refused
+        hung = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+        )
+        watch = client.ServerWatch("127.0.0.1", closed, 1.0, hung, interval=0.1)
+        time.sleep(1.5)
+        assert hung.poll() is None and not watch.lost  # not armed: nothing was wrong yet
+        watch.arm()
+        hung.wait(timeout=client.STOP_GRACE_SECONDS + 5)
+        assert watch.lost
+
+
+def test_the_server_watch_leaves_a_supernode_whose_server_is_up(tmp_path: Path) -> None:
+    with tls_listener(None) as port:
+        node = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+        )
+        try:
+            watch = client.ServerWatch("127.0.0.1", port, 0.5, node, interval=0.1)
+            watch.arm()
+            time.sleep(1.5)
+            assert node.poll() is None and not watch.lost
+        finally:
+            watch.done.set()
+            node.kill()
+            node.wait()
