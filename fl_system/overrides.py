@@ -21,16 +21,19 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 
+def _group_defaults(conf_dir: Path) -> list[tuple[str, object]]:
+    """(key, value) of every `key: value` entry of config.yaml's defaults list."""
+    defaults = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml")).get("defaults", [])
+    return [(str(k), v) for entry in defaults if isinstance(entry, dict) for k, v in entry.items()]
+
+
 def mounted_groups(conf_dir: Path) -> dict[str, str]:
     """{package: group} of every `group@package: option` entry of config.yaml's defaults."""
-    defaults = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml")).get("defaults", [])
     mounts = {}
-    for entry in defaults:
-        if isinstance(entry, dict):
-            for key in entry:
-                group, at, package = str(key).partition("@")
-                if at and "/" not in package:
-                    mounts[package] = group.removeprefix("override ").strip()
+    for key, _ in _group_defaults(conf_dir):
+        group, at, package = key.partition("@")
+        if at and "/" not in package:
+            mounts[package] = group.removeprefix("override ").strip()
     return mounts
 
 
@@ -43,9 +46,9 @@ def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) ->
         if not (eq and key in mounts):
             out.append(override)
             continue
-        options = sorted(p.stem for p in (conf_dir / mounts[key]).glob("*.yaml"))
-        if value not in options:
-            raise ValueError(f"{key}={value}: no such option; choose one of {', '.join(options)}")
+        known = options(conf_dir, mounts[key])
+        if value not in known:
+            raise ValueError(f"{key}={value}: no such option; choose one of {', '.join(known)}")
         out.append(f"{mounts[key]}@{key}={value}")
     return out
 
@@ -53,14 +56,11 @@ def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) ->
 def chosen_groups(conf_dir: Path) -> dict[str, str | None]:
     """{group: default option} of the groups config.yaml chooses by their own name
     (`algorithm: fedavg`; not mounted ones, not Hydra's)."""
-    defaults = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml")).get("defaults", [])
-    groups = {}
-    for entry in defaults:
-        if isinstance(entry, dict):
-            for key, value in entry.items():
-                if "@" not in str(key) and " " not in str(key) and (conf_dir / key).is_dir():
-                    groups[str(key)] = value
-    return groups
+    return {
+        key: value
+        for key, value in _group_defaults(conf_dir)
+        if "@" not in key and " " not in key and (conf_dir / key).is_dir()
+    }
 
 
 def options(conf_dir: Path, group: str) -> list[str]:
