@@ -54,6 +54,7 @@ class ProgressBar:
             # the bar's clock is training time, as in the log and metrics.csv: start-up and
             # waiting for the federation are not rounds
             self.bar.start_t = time.time() - (self.log.round_seconds or 0.0)
+            self.bar.last_print_t = self.bar.start_t  # its rate counts from there too
             self.started = True
         if self.log.accuracy is not None:
             self.bar.set_postfix_str(f"acc {self.log.accuracy:.4f}", refresh=False)
