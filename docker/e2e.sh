@@ -12,7 +12,7 @@
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, TORCH_INDEX_URL   build args
 #   FL_E2E_IMAGE     image tag to build (default fl-system:e2e; kept afterwards as a cache)
 #   FL_E2E_ARGS      Hydra overrides of the run (default: digits, mlp, 2 rounds)
-#   FL_E2E_TIMEOUT   seconds allowed from `compose up` to the end of the run (default 900)
+#   FL_E2E_TIMEOUT   seconds allowed for `compose run --rm runner` (default 900)
 #   COMPOSE          compose command (default: `docker compose` if present, else docker-compose)
 # Exit status: 0 when every check passed, non-zero otherwise.
 set -euo pipefail
@@ -89,22 +89,23 @@ SIZE_GB=$(awk -v b="$SIZE_B" 'BEGIN { printf "%.2f", b / 1e9 }')
 rm -f "$CA_COPY"
 say "built in ${BUILD_S} s, ${SIZE_GB} GB"
 
-# 2. federation + run: `compose up` starts certs, the SuperLink, the SuperNodes and the runner
-say "compose up (run: $FL_RUN_ARGS)"
+# 2. federation + run, as docker/README.md tells it: `run --rm runner` starts certs, the
+#    SuperLink and the SuperNodes, follows the run and returns with fl-run's status
+say "compose run --rm runner (run: $FL_RUN_ARGS)"
 started=1
 t2=$(now)
-compose up -d --no-build > "$LOGDIR/up.log" 2>&1 || { cat "$LOGDIR/up.log" >&2; say "compose up failed"; exit 4; }
-UP_S=$(secs "$t2" "$(now)")  # certs made, SuperLink healthy (keys registered), all started
-runner_id="$(compose ps -q runner)"
-[ -n "$runner_id" ] || { say "no runner container"; exit 4; }
-if ! run_rc="$(timeout "$TIMEOUT" docker wait "$runner_id")"; then
+set +e
+timeout "$TIMEOUT" $COMPOSE -p "$PROJECT" -f "$HERE/compose.yaml" run --rm runner \
+    > "$LOGDIR/runner.log" 2>&1
+run_rc=$?
+set -e
+t3=$(now)
+WALL_S=$(secs "$t2" "$t3")
+if [ "$run_rc" -eq 124 ]; then
     say "the run did not finish within $TIMEOUT s"
     exit 5
 fi
-t3=$(now)
-WALL_S=$(secs "$t2" "$t3")
-compose logs --no-color runner > "$LOGDIR/runner.log" 2>&1 || true
-if [ "$run_rc" != "0" ]; then
+if [ "$run_rc" -ne 0 ]; then
     tail -n 40 "$LOGDIR/runner.log" >&2
     say "runner exited with status $run_rc"
     exit 6
@@ -117,7 +118,8 @@ for node in 0 1 2; do
     fi
 done
 
-# 3. the run directory, read through the runner's own volumes
+# 3. the run directory, read through the runner's own volumes, then copied out with
+#    docker/README.md's recipe: the files must land owned by this user and world-readable
 say "checking /runs/e2e"
 if ! compose run --rm --no-deps -T --entrypoint python runner - "$ROUNDS" > "$LOGDIR/check.log" 2>&1 <<'EOF'
 import csv, json, sys
@@ -142,6 +144,18 @@ then
     exit 8
 fi
 CHECK="$(tail -n 1 "$LOGDIR/check.log")"
+mkdir -p "$LOGDIR/my-runs"
+compose run --rm --no-deps -T --entrypoint tar runner -C /runs -c . 2>> "$LOGDIR/copy.log" \
+    | tar -x --no-same-owner -C "$LOGDIR/my-runs"
+for name in metrics.csv summary.json checkpoint.npz; do
+    [ -f "$LOGDIR/my-runs/e2e/$name" ] || { say "copy-out: no e2e/$name in $LOGDIR/my-runs"; exit 9; }
+done
+foreign="$(find "$LOGDIR/my-runs" ! -user "$(id -u)" -o -type f ! -perm -0444 | head -n 3)"
+if [ -n "$foreign" ]; then
+    ls -ln $foreign >&2
+    say "copy-out: files not owned by $(id -u) or not readable by all"
+    exit 9
+fi
 
 status=0
 cat <<REPORT
@@ -151,8 +165,8 @@ image        : $IMAGE, ${SIZE_GB} GB ($SIZE_B bytes)
 build time   : ${BUILD_S} s
 compose      : $COMPOSE, 1 SuperLink + 3 SuperNodes, TLS + SuperNode auth
 run          : $FL_RUN_ARGS
-wall time    : ${WALL_S} s from 'compose up' to the end of the run (${UP_S} s of it until every
-               container had started, the SuperLink healthy)
+wall time    : ${WALL_S} s of 'compose run --rm runner' (federation started, run followed)
+copy-out     : $LOGDIR/my-runs (owned by uid $(id -u), readable by all)
 result       : $CHECK
 logs         : $LOGDIR
 REPORT
