@@ -17,7 +17,15 @@ from logging import ERROR
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log as flwr_log
 from omegaconf import DictConfig, OmegaConf
@@ -41,6 +49,7 @@ from fl_system.experiment import (
     config_from_json,
 )
 from fl_system.freeloaders import freeload
+from fl_system.malicious import tamper
 from fl_system.seeding import derive_seed
 
 _STATE = "fl-system"  # context.state record holding what the handshake delivered
@@ -184,7 +193,9 @@ def train(msg: Message, context: Context) -> Message:
     freeloading = node.partition_id in OmegaConf.select(cfg, "clients.freeloaders.ids", default=[])
     metrics, extras = _freeload(got) if freeloading else _train(got)
     compression = _compression(got.config_json)
-    if compression is None:
+    if node.partition_id in OmegaConf.select(cfg, "clients.malicious.ids", default=[]):
+        content = _tampered(got, metrics)
+    elif compression is None:
         content = RecordDict(
             {protocol.ARRAYS: ArrayRecord(got.model.state_dict()), protocol.METRICS: metrics}
         )
@@ -266,6 +277,23 @@ def _freeload(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
         }
     )
     return metrics, RecordDict()
+
+
+def _tampered(got: _Incoming, metrics: MetricRecord) -> RecordDict:
+    """clients.malicious: the reply of the configured kind in place of the trained model (sent
+    uncompressed: validation allows malicious clients only with compression.up=none)."""
+    settings = got.cfg.clients.malicious
+    received = got.received.array_records[protocol.ARRAYS]
+    layers, claimed = tamper(
+        str(settings.kind),
+        {k: v.numpy() for k, v in got.model.state_dict().items()},
+        {k: received[k].numpy() for k in received},
+        int(metrics[protocol.NUM_EXAMPLES]),
+        scale=float(settings.scale),
+    )
+    metrics[protocol.NUM_EXAMPLES] = claimed
+    arrays = ArrayRecord({k: Array(v) for k, v in layers.items()})
+    return RecordDict({protocol.ARRAYS: arrays, protocol.METRICS: metrics})
 
 
 @app.evaluate()

@@ -42,6 +42,8 @@ def run_experiment(cfg: DictConfig) -> dict:
     with open_dict(cfg):
         cfg.run_dir = str(paths.root)
         cfg.run_id = new_run_id()  # preflight puts the checkpoint's back when resuming
+        # Hydra reads `kind=nan` / `kind=inf` as floats; the setting names a kind
+        cfg.clients.malicious.kind = str(cfg.clients.malicious.kind)
     try:
         preflight(cfg, paths)
         runtime = build(cfg.runtime)

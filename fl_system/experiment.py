@@ -20,6 +20,7 @@ from torch import nn
 from fl_system.codecs import Dense
 from fl_system.compression import Compression
 from fl_system.data import DatasetArrays
+from fl_system.robust import WeightedMean
 from fl_system.seeding import seed_everything
 from fl_system.validation import ConfigError
 
@@ -75,9 +76,20 @@ def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
 
 
 def build_strategy(cfg: DictConfig) -> Any:
-    """The algorithm's server half with the enabled add-ons' server halves plugged in."""
+    """The algorithm's server half with the enabled add-ons' server halves plugged in, and
+    the aggregation.* guards (robust rule, screening ratios) set on it."""
     addons = [build(node.server, label=f"algorithm.{key}") for key, node in enabled_addons(cfg)]
-    return build(cfg.algorithm.strategy, label=cfg.algorithm.name, addons=addons)
+    strategy = build(cfg.algorithm.strategy, label=cfg.algorithm.name, addons=addons)
+    robust = build(cfg.aggregation.robust, label="aggregation.robust")
+    if not isinstance(robust, WeightedMean) and not strategy.robust_aggregation:
+        raise ConfigError(
+            f"aggregation.robust={robust.name} does not apply to algorithm={cfg.algorithm.name}, "
+            "which combines client models by a rule of its own; use aggregation.robust=mean"
+        )
+    strategy.robust = robust
+    strategy.norm_ratio = cfg.aggregation.norm_ratio
+    strategy.examples_ratio = cfg.aggregation.examples_ratio
+    return strategy
 
 
 def build_client_addons(cfg: DictConfig) -> list[Any]:

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from fl_system.data.corruption import KINDS
 from fl_system.freeloaders import KINDS as FREELOADER_KINDS
+from fl_system.malicious import KINDS as MALICIOUS_KINDS
 
 
 class ConfigError(ValueError):
@@ -29,6 +30,10 @@ def _positive_number(v: Any) -> bool:
 
 def _non_negative_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+
+def _above_one(v: Any) -> bool:
+    return _positive_number(v) and v > 1
 
 
 def _probability(v: Any) -> bool:
@@ -73,6 +78,13 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v in FREELOADER_KINDS,
         f"one of {', '.join(FREELOADER_KINDS)}",
     ),
+    "clients.malicious.kind": (
+        lambda v: str(v) in MALICIOUS_KINDS,  # str: Hydra reads nan and inf as floats
+        f"one of {', '.join(MALICIOUS_KINDS)}",
+    ),
+    "clients.malicious.scale": (_positive_number, "a positive number"),
+    "aggregation.norm_ratio": (_optional(_above_one), "null (off) or a number above 1"),
+    "aggregation.examples_ratio": (_optional(_above_one), "null (off) or a number above 1"),
 }
 
 
@@ -104,8 +116,13 @@ def check_values(cfg: DictConfig) -> None:
         )
     if cfg.min_clients is not None and cfg.min_clients > (cfg.clients_per_round or cfg.num_clients):
         raise ConfigError(f"min_clients ({cfg.min_clients}) exceeds the clients of a round")
-    for key in ("clients.corrupt.ids", "clients.freeloaders.ids"):
+    for key in ("clients.corrupt.ids", "clients.freeloaders.ids", "clients.malicious.ids"):
         _check_partition_ids(key, OmegaConf.select(cfg, key), cfg.num_clients)
+    if cfg.clients.malicious.ids and cfg.compression.up.name != "none":
+        raise ConfigError(
+            "clients.malicious sends its tampered model as it is: use it with "
+            f"compression.up=none (got compression.up={cfg.compression.up.name})"
+        )
     _check_stragglers(cfg)
 
 

@@ -17,10 +17,12 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import normalized
+from fl_system.robust import WeightedMean, update_norm
+from fl_system.screening import above_median
 from server_app.addons import ServerAddon
 from server_app.rounds import ClientFailure, Exchange, RoundPlan, RoundResult, RoundSteps
 from server_app.strategies.replies import ClientReply, arrays_like, unpack_replies
@@ -41,9 +43,19 @@ class FederatedStrategy:
     # Whether a client that did only part of its local steps (a straggler) still helps:
     # False drops such clients before training, as the EFL paper's FedAvg does.
     partial_work = False
+    # Whether `aggregate` combines the client models through `average` (so that a robust
+    # rule, aggregation.robust, applies); False for rules of their own (FedNova, FedCat).
+    robust_aggregation = True
 
     def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
         self.addons = list(addons)
+        # aggregation.*: set by `fl_system.experiment.build_strategy`
+        self.robust = WeightedMean()
+        self.norm_ratio: float | None = None
+        self.examples_ratio: float | None = None
+        self._numpy_cache: tuple[ArrayRecord, list[np.ndarray]] | None = (
+            None  # plan.arrays as numpy
+        )
 
     def on_handshake(self, partition_id: int, metrics: MetricRecord) -> None:
         """What a node told the server when it joined; the add-ons take note."""
@@ -92,7 +104,7 @@ class FederatedStrategy:
         """Validate the training replies and aggregate the usable ones."""
         unpacked, failures = unpack_replies(replies, plan.arrays)
         ok = []
-        for reply in unpacked:
+        for reply in self.screen(plan, unpacked, failures):
             problem = self.reject(reply)
             if problem is None:
                 ok.append(reply)
@@ -122,6 +134,61 @@ class FederatedStrategy:
             **self.round_metrics(plan, ok, weights),
         }
         return RoundResult(arrays_like(plan.arrays, new_arrays), metrics, failures, len(ok))
+
+    def screen(
+        self, plan: RoundPlan, replies: list[ClientReply], failures: list[ClientFailure]
+    ) -> list[ClientReply]:
+        """The replies whose update norm and claimed example count are within
+        aggregation.norm_ratio / examples_ratio x the round's median; the others go to
+        `failures` with the figures."""
+        norms = [update_norm(r.arrays, self.reference(plan, r.partition_id, r)) for r in replies]
+        counts = [float(r.num_examples) for r in replies]
+        big_norm = above_median(norms, self.norm_ratio)
+        big_count = above_median(counts, self.examples_ratio)
+        kept = []
+        for reply, norm, far, many in zip(replies, norms, big_norm, big_count, strict=True):
+            why = None
+            if far:
+                why = (
+                    f"update norm {norm:.4g} is above aggregation.norm_ratio={self.norm_ratio:g}"
+                    f" x the round's median {float(np.median(norms)):.4g}"
+                )
+            elif many:
+                why = (
+                    f"claims {reply.num_examples} examples, above aggregation.examples_ratio="
+                    f"{self.examples_ratio:g} x the round's median {float(np.median(counts)):g}"
+                )
+            if why is None:
+                kept.append(reply)
+            else:
+                failures.append(
+                    ClientFailure(reply.node_id, f"partition {reply.partition_id}: {why}")
+                )
+        return kept
+
+    def reference(self, plan: RoundPlan, partition_id: int, reply: ClientReply) -> list[np.ndarray]:
+        """The model this partition started from (its update is its reply minus this); zeros
+        when the round sent no model (strategy tests on bare replies)."""
+        if not plan.arrays:
+            return [np.zeros_like(w) for w in reply.arrays]
+        return self.as_numpy(plan.arrays)
+
+    def as_numpy(self, arrays: ArrayRecord) -> list[np.ndarray]:
+        """`arrays` as numpy layers, converted once however many replies ask."""
+        if self._numpy_cache is None or self._numpy_cache[0] is not arrays:
+            self._numpy_cache = (arrays, arrays.to_numpy_ndarrays())
+        return self._numpy_cache[1]
+
+    def average(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        """The replies' models combined with the p_k by the run's aggregation.robust rule
+        (the weighted average by default)."""
+        return self.robust.combine(
+            [r.arrays for r in replies],
+            [self.reference(plan, r.partition_id, r) for r in replies],
+            weights,
+        )
 
     def reject(self, reply: ClientReply) -> str | None:
         """Why this algorithm cannot use a well-formed reply (None: it can)."""

@@ -27,7 +27,6 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from fl_system import protocol
-from fl_system.aggregation import weighted_average
 from fl_system.codecs import CodecError
 from fl_system.efl import FISHER_COMM
 from fl_system.fisher_records import fisher_records, read_fisher
@@ -91,7 +90,7 @@ class Efl(FederatedStrategy):
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
-        new_model = weighted_average([r.arrays for r in replies], weights)
+        new_model = self.average(plan, replies, weights)
         if not self.fisher_due(plan.round):
             return new_model
         shapes = {k: v.shape for k, v in self.fisher_sum.ensure(plan.arrays).items()}

@@ -19,7 +19,6 @@ from dataclasses import replace
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fl_system.aggregation import weighted_average
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
@@ -48,10 +47,15 @@ class FedAcg(ServerVectorStrategy):
     def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
         return super().node_content(replace(plan, arrays=self.lookahead(plan.arrays)), partition_id)
 
+    def reference(self, plan: RoundPlan, partition_id: int, reply: ClientReply) -> list[np.ndarray]:
+        if not plan.arrays:
+            return super().reference(plan, partition_id, reply)
+        return self.as_numpy(self.lookahead(plan.arrays))
+
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
-        new_model = weighted_average([r.arrays for r in replies], weights)
+        new_model = self.average(plan, replies, weights)
         sent = self.lookahead(plan.arrays)
         m = self.momentum.ensure(plan.arrays)
         for name, layer in zip(plan.arrays.keys(), new_model, strict=True):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fl_system.aggregation import weighted_average
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy
 
@@ -15,4 +14,4 @@ class FedAvg(FederatedStrategy):
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
-        return weighted_average([r.arrays for r in replies], weights)
+        return self.average(plan, replies, weights)

@@ -47,6 +47,8 @@ _COPY = "fedcat/copy"  # checkpoint keys fedcat/copy<i>/<layer>
 class FedCat(FederatedStrategy):
     """Chains of K model copies over count-balanced picks from K random groups."""
 
+    robust_aggregation = False  # copies are concatenated, not averaged per round
+
     def __init__(
         self,
         *,
@@ -124,6 +126,12 @@ class FedCat(FederatedStrategy):
         return content
 
     # ----- receiving -----------------------------------------------------------------------
+    def reference(self, plan: RoundPlan, partition_id: int, reply: ClientReply) -> list[np.ndarray]:
+        """A chain's device started from its copy."""
+        if not self.concatenate or partition_id not in self._copy_of or not self.copies:
+            return super().reference(plan, partition_id, reply)
+        return _layers(self.copies[self._copy_of[partition_id]], plan.arrays.keys())
+
     def reject(self, reply: ClientReply) -> str | None:
         if reply.partition_id not in self._copy_of:
             return f"partition {reply.partition_id} was not picked this round"

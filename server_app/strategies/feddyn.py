@@ -36,7 +36,6 @@ from dataclasses import replace
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fl_system.aggregation import weighted_average
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
@@ -87,7 +86,7 @@ class FedDyn(ServerVectorStrategy):
     ) -> list[np.ndarray]:
         sent = self.cloud_model(plan.arrays)  # theta_t: what the clients received
         names = list(sent.keys())  # every reply has these layers (`unpack_replies` checks)
-        theta_avg = weighted_average([r.arrays for r in replies], weights)
+        theta_avg = self.average(plan, replies, weights)
         h = self.h.ensure(sent)
         scale = self.alpha / self.num_clients
         for i, name in enumerate(names):

@@ -31,6 +31,7 @@ class FedNova(FederatedStrategy):
     """Server half of FedNova: normalised averaging with `aggregation_weights` as p_k."""
 
     partial_work = True  # updates are normalised by the steps actually taken
+    robust_aggregation = False  # normalised updates, combined by FedNova's own rule
 
     def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
         super().__init__(addons=addons)

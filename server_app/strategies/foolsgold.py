@@ -16,7 +16,7 @@ import logging
 
 import numpy as np
 
-from fl_system.aggregation import cosines_to_mean, normalized_or_uniform, weighted_average
+from fl_system.aggregation import cosines_to_mean, normalized_or_uniform
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy
 from server_app.strategies.layer_state import flat_uploads
@@ -39,7 +39,7 @@ class FoolsGold(FederatedStrategy):
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
-        return weighted_average([r.arrays for r in replies], weights)
+        return self.average(plan, replies, weights)
 
     def round_metrics(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray

@@ -49,6 +49,24 @@ def layout_problem(expected: ArrayRecord, got: ArrayRecord) -> str | None:
     return None
 
 
+def identity_problem(metrics: MetricRecord) -> str | None:
+    """Why a reply's partition id or example count cannot be used: both must be integers, the
+    id at least 0 and the count at least 1 (None: they can)."""
+    pid, count = metrics[protocol.PARTITION_ID], metrics[protocol.NUM_EXAMPLES]
+    if not _is_int(pid) or pid < 0:
+        return f"metric '{protocol.PARTITION_ID}' is {pid!r}, not a partition id"
+    for_whom = f"partition {pid}: metric '{protocol.NUM_EXAMPLES}'"
+    if not _is_int(count):
+        return f"{for_whom} is {count!r} ({type(count).__name__}), not an integer"
+    if count < 1:
+        return f"{for_whom} is {count}: a model trained on no data"
+    return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def unpack_replies(
     replies: Iterable[Message], expected: ArrayRecord | None = None
 ) -> tuple[list[ClientReply], list[ClientFailure]]:
@@ -87,10 +105,14 @@ def unpack_replies(
         if missing:
             failed.append(ClientFailure(node, "reply lacks " + ", ".join(missing)))
             continue
+        problem = identity_problem(metrics)
+        if problem is not None:
+            failed.append(ClientFailure(node, problem))
+            continue
+        pid = metrics[protocol.PARTITION_ID]
         if expected:
             problem = layout_problem(expected, arrays)
             if problem is not None:
-                pid = metrics[protocol.PARTITION_ID]
                 failed.append(ClientFailure(node, f"partition {pid}: {problem}"))
                 continue
         layers = arrays.to_numpy_ndarrays()
@@ -99,8 +121,9 @@ def unpack_replies(
             failed.append(
                 ClientFailure(
                     node,
-                    f"local model has NaN or inf in {len(broken)} of {len(layers)} layers, "
-                    f"first '{broken[0]}' (local training diverged: try a lower train.lr)",
+                    f"partition {pid}: local model has NaN or inf in {len(broken)} of "
+                    f"{len(layers)} layers, first '{broken[0]}' (local training diverged: try "
+                    "a lower train.lr)",
                 )
             )
             continue

@@ -24,7 +24,6 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fl_system import protocol
-from fl_system.aggregation import weighted_average
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
@@ -62,7 +61,7 @@ class Scaffold(ServerVectorStrategy):
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
-        new_model = weighted_average([r.arrays for r in replies], weights)
+        new_model = self.average(plan, replies, weights)
         c = self.c.ensure(plan.arrays)
         total = {name: np.zeros_like(v) for name, v in c.items()}
         for r in replies:

@@ -46,7 +46,7 @@ class Stem(ServerVectorStrategy):
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
-        new_model = weighted_average([r.arrays for r in replies], weights)
+        new_model = self.average(plan, replies, weights)
         usable, kept = [], []
         for r, w in zip(replies, weights, strict=True):
             momentum, problem = _momentum(r, plan.arrays)

@@ -31,7 +31,7 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from fl_system import protocol
-from fl_system.aggregation import normalized_or_uniform, weighted_average
+from fl_system.aggregation import normalized_or_uniform
 from fl_system.taco import record_strikes, tailored_coefficients
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
@@ -117,7 +117,7 @@ class Taco(FederatedStrategy):
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
-        new_model = weighted_average([r.arrays for r in replies], weights)
+        new_model = self.average(plan, replies, weights)
         names = list(plan.arrays.keys())
         start = float_layers(plan.arrays)
         u = self.last_update.ensure(plan.arrays)

@@ -112,6 +112,32 @@ def test_a_diverged_run_stops_with_one_clear_error(tmp_path: Path, cli_env) -> N
     assert (run_dir / "failure.txt").read_text().startswith("round 1: 0 usable replies")
 
 
+def test_a_malicious_client_is_refused_each_round_and_the_run_goes_on(
+    tmp_path: Path, cli_env
+) -> None:
+    """clients.malicious: partition 1's NaN model is refused every round by name, the other
+    three train on; a scaled-up update under aggregation.robust=median (screening off) is
+    taken into the median and the run completes too."""
+    four = [*SIM, "num_clients=4", "num_rounds=2", "clients.malicious.ids=[1]"]
+    run_dir = tmp_path / "nan"
+    result = run_cli([*four, "clients.malicious.kind=nan", f"hydra.run.dir={run_dir}"], cli_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [(r["participants"], r["failures"]) for r in rows] == [("3", "1"), ("3", "1")]
+    log = (run_dir / "logs" / "serverapp.log").read_text()
+    assert log.count("partition 1: local model has NaN or inf in 1 of ") == 2
+
+    run_dir = tmp_path / "median"
+    robust = ["aggregation.robust=median", "aggregation.norm_ratio=null"]
+    result = run_cli(
+        [*four, "clients.malicious.kind=scaled", *robust, f"hydra.run.dir={run_dir}"], cli_env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [r["participants"] for r in rows] == ["4", "4"]
+    assert float(rows[-1]["test_accuracy"]) > 0.5
+
+
 def test_a_run_whose_every_client_is_expelled_stops_with_that_reason(
     tmp_path: Path, cli_env
 ) -> None:

@@ -92,8 +92,12 @@ def test_a_diverged_local_model_is_dropped_not_averaged() -> None:
         np.testing.assert_array_equal(layer, fine)
     reasons = {f.node_id: f.reason for f in result.failures}
     assert sorted(reasons) == [1, 2]
-    assert reasons[1].startswith("local model has NaN or inf in 1 of 2 layers, first '1' ")
-    assert reasons[2].startswith("local model has NaN or inf in 1 of 2 layers, first '0' ")
+    assert reasons[1].startswith(
+        "partition 0: local model has NaN or inf in 1 of 2 layers, first '1' "
+    )
+    assert reasons[2].startswith(
+        "partition 1: local model has NaN or inf in 1 of 2 layers, first '0' "
+    )
     assert "train.lr" in reasons[1]
 
 

@@ -54,15 +54,18 @@ def _numeric_settings(node: DictConfig, prefix: str) -> Iterator[str]:
 def _cases() -> Iterator[tuple[str, str, str]]:
     for group, option in _walked():
         cfg = _cfg({**BASE, group: option, **NEEDS.get((group, option), {})})
-        for key in _numeric_settings(cfg[group], group):
+        path = group.split("@")[-1]  # a mounted group's settings live at its package
+        for key in _numeric_settings(OmegaConf.select(cfg, path), path):
             yield group, option, key
 
 
 def _walked() -> list[tuple[str, str]]:
+    groups = {g: g for g in ("algorithm", "dataset", "partition", "model")}
+    groups.update({"robust@aggregation.robust": "robust"})
     return [
         (group, option)
-        for group in ("algorithm", "dataset", "partition", "model")
-        for option in options(CONF_DIR, group)
+        for group, folder in groups.items()
+        for option in options(CONF_DIR, folder)
         if option not in ON_DISK
     ]
 
@@ -98,6 +101,7 @@ def test_the_walk_covers_the_shipped_options() -> None:
         ("algorithm", "fedcat", "algorithm.eps"),
         ("partition", "dirichlet", "partition.min_size"),
         ("algorithm", "fedavg", "algorithm.disco.a"),
+        ("robust@aggregation.robust", "trimmed_mean", "aggregation.robust.trim"),
     } <= set(cases)
     assert ("dataset", "synthetic", "dataset.source.alpha") in cases
     assert len(cases) > 60

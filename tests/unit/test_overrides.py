@@ -11,7 +11,11 @@ from fl_system.overrides import check_choices, check_keys, mounted_groups, rewri
 
 
 def test_mounted_groups_come_from_config_yaml() -> None:
-    assert mounted_groups(CONF_DIR) == {"compression.up": "codec", "compression.down": "codec"}
+    assert mounted_groups(CONF_DIR) == {
+        "compression.up": "codec",
+        "compression.down": "codec",
+        "aggregation.robust": "robust",
+    }
 
 
 def test_the_package_name_selects_an_option_and_values_inside_it_pass() -> None:

@@ -4,6 +4,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
+from fl_system.experiment import build_strategy
+from fl_system.robust import CoordinateMedian
 from fl_system.validation import ConfigError, check_values
 
 
@@ -45,6 +47,24 @@ def test_defaults_are_valid() -> None:
             "clients.freeloaders.kind must be one of global, echo, noise, got 'lazy'",
         ),
         (
+            "clients.malicious.ids=[4]",
+            "clients.malicious.ids must be a list of partition ids in 0..3, got [4]",
+        ),
+        (
+            "clients.malicious.kind=evil",
+            "clients.malicious.kind must be one of nan, inf, shape, dtype, missing, huge, "
+            "scaled, got 'evil'",
+        ),
+        ("clients.malicious.scale=0", "clients.malicious.scale must be a positive number, got 0"),
+        (
+            "aggregation.norm_ratio=1",
+            "aggregation.norm_ratio must be null (off) or a number above 1, got 1",
+        ),
+        (
+            "aggregation.examples_ratio=-1",
+            "aggregation.examples_ratio must be null (off) or a number above 1, got -1",
+        ),
+        (
             "stragglers.incomplete=1.5",
             "stragglers.incomplete must be a probability in [0, 1], got 1.5",
         ),
@@ -63,3 +83,19 @@ def test_stragglers_and_gsnr_both_set_local_steps() -> None:
     with pytest.raises(ConfigError, match=r"stragglers cannot be combined with algorithm\.gsnr"):
         check_values(cfg)
     check_values(_cfg("algorithm=efl", "train.local_steps=5", "stragglers.incomplete=0.5"))
+
+
+def test_malicious_clients_send_uncompressed() -> None:
+    cfg = _cfg("clients.malicious.ids=[1]", "codec@compression.up=st", "clients.malicious.kind=nan")
+    with pytest.raises(ConfigError, match=r"use it with compression\.up=none \(got .*=st\)"):
+        check_values(cfg)
+    check_values(_cfg("clients.malicious.ids=[1]", "clients.malicious.kind=nan"))
+
+
+def test_a_robust_rule_needs_a_strategy_that_averages() -> None:
+    cfg = _cfg("algorithm=fednova", "robust@aggregation.robust=median")
+    with pytest.raises(ConfigError, match=r"aggregation\.robust=median does not apply to "):
+        build_strategy(cfg)
+    assert isinstance(
+        build_strategy(_cfg("robust@aggregation.robust=median")).robust, CoordinateMedian
+    )
