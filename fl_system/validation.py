@@ -85,6 +85,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "clients.malicious.scale": (_positive_number, "a positive number"),
     "aggregation.norm_ratio": (_optional(_above_one), "null (off) or a number above 1"),
     "aggregation.examples_ratio": (_optional(_above_one), "null (off) or a number above 1"),
+    "aggregation.max_reply_ratio": (_optional(_positive_number), "null or a positive number"),
 }
 
 

@@ -52,6 +52,8 @@ from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
 
+REPLY_FRAMING_BYTES = 1 << 20  # a reply's metrics, extra records and Flower's framing
+
 
 @dataclass
 class _Tally:
@@ -307,10 +309,19 @@ class RoundDriver:
         the clients that answered are known to hold it."""
         if self.downlink is not None:
             messages = self.downlink.outgoing(messages, nodes, global_arrays)
-        traffic = exchange(self.grid, messages, timeout=timeout)
+        traffic = exchange(
+            self.grid, messages, timeout=timeout, max_reply_bytes=self._reply_limit(global_arrays)
+        )
         if self.downlink is not None:
             self.downlink.confirm(traffic.replies)
         return traffic
+
+    def _reply_limit(self, model: ArrayRecord) -> int | None:
+        """aggregation.max_reply_ratio x the model's bytes, plus room for metrics and framing."""
+        ratio = self.cfg.aggregation.max_reply_ratio
+        if ratio is None:
+            return None
+        return int(ratio * sum(len(a.data) for a in model.values())) + REPLY_FRAMING_BYTES
 
     # ----- run directory -------------------------------------------------------------------
     def _restore(self, arrays: ArrayRecord) -> tuple[ArrayRecord, int, float]:

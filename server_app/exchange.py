@@ -2,7 +2,8 @@
 
 Models cross the wire packed (`fl_system.wire`): messages are packed just before the push
 and replies unpacked on arrival, so strategies see whole ArrayRecords on both sides. Bytes are
-counted on the packed messages, i.e. what really travels.
+counted on the packed messages, i.e. what really travels. A reply larger than
+`max_reply_bytes` is refused unread (not unpacked): it becomes an error reply with the sizes.
 
 Flower's Grid sleeps 3 s between pulls; on small models that idles the server for most of a
 round. Poll quickly at first and back off, but never to more than what pulling costs allows:
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flwr.app import Message, Metadata
+from flwr.app import Error, Message, Metadata
 from flwr.serverapp import Grid
 
 from fl_system import flwr_hooks, wire
@@ -37,7 +38,16 @@ class Traffic:
     bytes_up: int
 
 
-def exchange(grid: Grid, messages: Iterable[Message], *, timeout: float) -> Traffic:
+REPLY_TOO_LARGE = 413  # Error.code of a reply refused for its size
+
+
+def exchange(
+    grid: Grid,
+    messages: Iterable[Message],
+    *,
+    timeout: float,
+    max_reply_bytes: int | None = None,
+) -> Traffic:
     """Push `messages`; return the replies that arrived within `timeout` seconds."""
     messages = list(messages)
     originals = [m.content for m in messages]
@@ -45,7 +55,7 @@ def exchange(grid: Grid, messages: Iterable[Message], *, timeout: float) -> Traf
         message.content = packed
     bytes_down = flwr_hooks.wire_bytes(messages)
     try:
-        replies, bytes_up = _push_and_pull(grid, messages, timeout)
+        replies, bytes_up = _push_and_pull(grid, messages, timeout, max_reply_bytes)
     finally:
         for message, content in zip(messages, originals, strict=True):
             message.content = content  # the caller keeps seeing what it built
@@ -53,7 +63,7 @@ def exchange(grid: Grid, messages: Iterable[Message], *, timeout: float) -> Traf
 
 
 def _push_and_pull(
-    grid: Grid, messages: list[Message], timeout: float
+    grid: Grid, messages: list[Message], timeout: float, max_reply_bytes: int | None
 ) -> tuple[list[Message], int]:
     """The replies and their bytes; each is counted and unpacked as it arrives, not at the end."""
     ids = list(grid.push_messages(messages))
@@ -68,16 +78,29 @@ def _push_and_pull(
         got = [_attributed(r, sent_to) for r in grid.pull_messages(pending)]
         pulls, pulling = pulls + 1, pulling + time.monotonic() - start
         pending.difference_update(m.metadata.reply_to_message_id for m in got)
-        ok = [r for r in got if not r.has_error()]
-        bytes_up += flwr_hooks.wire_bytes(ok)
-        for reply in ok:
-            reply.content = wire.unpack(reply.content)
-        replies.extend(got)
+        for reply in got:
+            if not reply.has_error():
+                size = flwr_hooks.wire_bytes([reply])
+                bytes_up += size
+                if max_reply_bytes is not None and size > max_reply_bytes:
+                    reply = _refused(reply, size, max_reply_bytes)
+                else:
+                    reply.content = wire.unpack(reply.content)
+            replies.append(reply)
         if not pending or time.monotonic() >= deadline:
             break
         time.sleep(wait)
         wait = poll_wait(wait, pulling / pulls)
     return replies, bytes_up
+
+
+def _refused(reply: Message, size: int, limit: int) -> Message:
+    """An error reply in place of one too large to read."""
+    reason = (
+        f"reply of {size:,} bytes refused unread: above the limit of {limit:,} bytes "
+        "(aggregation.max_reply_ratio x the model's size)"
+    )
+    return Message(metadata=_copy(reply.metadata), error=Error(REPLY_TOO_LARGE, reason))
 
 
 def _attributed(reply: Message, sent_to: dict[str, int]) -> Message:
@@ -87,21 +110,23 @@ def _attributed(reply: Message, sent_to: dict[str, int]) -> Message:
     node = sent_to.get(reply.metadata.reply_to_message_id)
     if not reply.has_error() or node is None or reply.metadata.src_node_id == node:
         return reply
-    md = reply.metadata
-    return Message(
-        metadata=Metadata(
-            run_id=md.run_id,
-            message_id=md.message_id,
-            src_node_id=node,
-            dst_node_id=md.dst_node_id,
-            reply_to_message_id=md.reply_to_message_id,
-            group_id=md.group_id,
-            created_at=md.created_at,
-            ttl=md.ttl,
-            message_type=md.message_type,
-        ),
-        error=reply.error,
-    )
+    return Message(metadata=_copy(reply.metadata, src_node_id=node), error=reply.error)
+
+
+def _copy(md: Metadata, **changes: int) -> Metadata:
+    """A copy of `md`, with `changes` (an error reply's message needs its own metadata)."""
+    fields = {
+        "run_id": md.run_id,
+        "message_id": md.message_id,
+        "src_node_id": md.src_node_id,
+        "dst_node_id": md.dst_node_id,
+        "reply_to_message_id": md.reply_to_message_id,
+        "group_id": md.group_id,
+        "created_at": md.created_at,
+        "ttl": md.ttl,
+        "message_type": md.message_type,
+    }
+    return Metadata(**{**fields, **changes})
 
 
 def poll_wait(previous: float, pull_seconds: float) -> float:

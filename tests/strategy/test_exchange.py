@@ -1,10 +1,22 @@
-"""One exchange on a stand-in Grid: an error the SuperLink writes for a node names that node."""
+"""One exchange on a stand-in Grid: an error the SuperLink writes for a node names that node;
+a reply above the size limit is refused unread."""
 
 from __future__ import annotations
 
-from flwr.app import ConfigRecord, Error, Message, MessageType, Metadata, RecordDict
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Error,
+    Message,
+    MessageType,
+    Metadata,
+    RecordDict,
+)
 
-from server_app.exchange import exchange
+from fl_system import wire
+from server_app.exchange import REPLY_TOO_LARGE, exchange
 
 SUPERLINK = 1  # Flower's own node id for the SuperLink
 
@@ -51,3 +63,32 @@ def test_an_error_for_an_unavailable_node_is_attributed_to_that_node() -> None:
     assert reply.has_error() and reply.error.reason == "Node Unavailable"
     assert reply.metadata.src_node_id == 815
     assert reply.metadata.reply_to_message_id == "m1"
+
+
+def _reply_to(reply_to: str, node: int, floats: int) -> Message:
+    metadata = Metadata(
+        run_id=0,
+        message_id=f"r-{reply_to}",
+        src_node_id=node,
+        dst_node_id=0,
+        reply_to_message_id=reply_to,
+        group_id="",
+        created_at=0.0,
+        ttl=60.0,
+        message_type=MessageType.TRAIN,
+    )
+    arrays = ArrayRecord({"w": Array(np.ones(floats, np.float32))})
+    return Message(content=wire.pack(RecordDict({"arrays": arrays})), metadata=metadata)
+
+
+def test_a_reply_above_the_size_limit_is_refused_unread_and_still_counted() -> None:
+    grid = _Grid()
+    grid.replies = [_reply_to("m0", 4711, 1000), _reply_to("m1", 815, 100_000)]
+    traffic = exchange(grid, [_sent(4711), _sent(815)], timeout=0.05, max_reply_bytes=50_000)
+    small, big = traffic.replies
+    assert not small.has_error()
+    np.testing.assert_array_equal(small.content.array_records["arrays"]["w"].numpy(), np.ones(1000))
+    assert big.has_error() and big.metadata.src_node_id == 815
+    assert big.error.code == REPLY_TOO_LARGE
+    assert "bytes refused unread: above the limit of 50,000 bytes" in big.error.reason
+    assert traffic.bytes_up > 400_000  # both replies travelled
