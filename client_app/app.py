@@ -141,10 +141,14 @@ def _open(msg: Message, context: Context) -> _Incoming:
     cfg = config_from_json(config_json)
     node = NodeIdentity.from_context(context)
     apply_thread_limit()
-    state = ClientState(context.state, node.state_root(), cfg.run_id, node.partition_id)
+    content = wire.unpack(msg.content)
+    server_round = int(content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
+    state = ClientState(
+        context.state, node.state_root(), cfg.run_id, node.partition_id, server_round
+    )
     model = _model_for(config_json)
     received = receive_model(
-        _compression(config_json, "down"), wire.unpack(msg.content), state, list(model.state_dict())
+        _compression(config_json, "down"), content, state, list(model.state_dict())
     )
     config = received.config_records[protocol.CONFIG]
     model.load_state_dict(received.array_records[protocol.ARRAYS].to_torch_state_dict())
@@ -154,7 +158,7 @@ def _open(msg: Message, context: Context) -> _Incoming:
         node,
         received,
         config,
-        int(config[protocol.SERVER_ROUND]),
+        server_round,
         local_training_data(cfg, node),
         model,
         state,

@@ -4,11 +4,20 @@
 record saved here is also written to the node's state directory, keyed by the run id
 (`fl-run` makes a new one per run; resumptions keep it) and the partition id. A restarted node (new
 node id, same partition) picks it up again, also in a resumed run.
+
+Files are versioned by the round that saved them (`<name>.r<round>.npz`), and a node that
+reads from disk in round r takes the newest version saved before r. A server killed during
+round r resumes from its checkpoint of round r - 1 and runs round r again: its clients must
+start that round from the state they had before it, not from what the lost attempt saved
+(SCAFFOLD's c_i would otherwise be updated twice). Memory holds what this Flower run saved,
+whatever the round (a round's later exchanges see its earlier ones' saves). The newest
+version before the current one is kept; older ones are removed.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from logging import INFO
 from pathlib import Path
 
@@ -24,20 +33,25 @@ def default_state_root() -> Path:
 
 
 class ClientState:
-    """Named ArrayRecords kept in `context.state` and mirrored to disk."""
+    """Named ArrayRecords kept in `context.state` and mirrored to disk, per round."""
 
-    def __init__(self, memory: RecordDict, root: Path, run_id: str, partition_id: int):
+    def __init__(
+        self, memory: RecordDict, root: Path, run_id: str, partition_id: int, server_round: int
+    ):
         self._memory = memory
         # A resumed run keeps its run id and continues; a new run starts from nothing.
         self.directory = root / run_id / f"partition-{partition_id}"
+        self.round = server_round
 
     def load(self, name: str) -> ArrayRecord | None:
-        """The saved record, from memory or (after a restart) from disk; None if never saved."""
+        """The record this run saved, from memory; else (after a restart or a resume) the
+        newest version saved on disk before this round; None if there is none."""
         if name in self._memory.array_records:
             return self._memory.array_records[name]
-        path = self._path(name)
-        if not path.is_file():
+        earlier = [r for r in self._versions(name) if r < self.round]
+        if not earlier:
             return None
+        path = self._path(name, max(earlier))
         with np.load(path, allow_pickle=False) as f:
             keys = [str(k) for k in f["__keys__"]]
             record = ArrayRecord({k: Array(f[f"a{i}"]) for i, k in enumerate(keys)})
@@ -50,10 +64,23 @@ class ClientState:
         self.directory.mkdir(parents=True, exist_ok=True)
         arrays = {f"a{i}": v for i, v in enumerate(record.to_numpy_ndarrays())}
         arrays["__keys__"] = np.array(list(record.keys()))
-        tmp = self._path(name).with_suffix(".tmp")
+        path = self._path(name, self.round)
+        tmp = path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
-        os.replace(tmp, self._path(name))
+        os.replace(tmp, path)
+        earlier = [r for r in self._versions(name) if r < self.round]
+        for r in earlier:
+            if r != max(earlier):
+                self._path(name, r).unlink(missing_ok=True)
 
-    def _path(self, name: str) -> Path:
-        return self.directory / f"{name}.npz"
+    def _versions(self, name: str) -> list[int]:
+        """The rounds of the saved versions of `name`."""
+        if not self.directory.is_dir():
+            return []
+        pattern = re.compile(re.escape(name) + r"\.r(\d+)\.npz")
+        found = (pattern.fullmatch(p.name) for p in self.directory.iterdir())
+        return [int(m.group(1)) for m in found if m]
+
+    def _path(self, name: str, server_round: int) -> Path:
+        return self.directory / f"{name}.r{server_round}.npz"

@@ -42,8 +42,9 @@ def _record(weight: list[float], bias: list[float]) -> ArrayRecord:
     )
 
 
-def _state(root: Path, memory: RecordDict | None = None) -> ClientState:
-    return ClientState(memory if memory is not None else RecordDict(), root, "run-a", 1)
+def _state(root: Path, memory: RecordDict | None = None, server_round: int = 1) -> ClientState:
+    memory = memory if memory is not None else RecordDict()
+    return ClientState(memory, root, "run-a", 1, server_round)
 
 
 def _params(model: nn.Module) -> dict[str, np.ndarray]:
@@ -137,7 +138,7 @@ def test_grad_state_survives_rounds_and_a_supernode_restart(tmp_path: Path) -> N
     # a restarted SuperNode: fresh context.state, same state directory
     fresh = RecordDict()
     w_t = _params(_model())
-    model, _ = _train(FedDynRule(alpha=0.3), _state(tmp_path, fresh))
+    model, _ = _train(FedDynRule(alpha=0.3), _state(tmp_path, fresh, 2))
     w_k = _params(model)
     for name in NAMES:
         expected = g1[name].astype(np.float64) - 0.3 * (w_k[name] - w_t[name])
@@ -145,7 +146,7 @@ def test_grad_state_survives_rounds_and_a_supernode_restart(tmp_path: Path) -> N
             fresh.array_records[GRAD_STATE][name].numpy(), expected, rtol=1e-6, atol=1e-7
         )
     # the disk copy is the latest one too
-    on_disk = _state(tmp_path, RecordDict()).load(GRAD_STATE)
+    on_disk = _state(tmp_path, RecordDict(), 3).load(GRAD_STATE)
     for name in NAMES:
         np.testing.assert_array_equal(
             on_disk[name].numpy(), fresh.array_records[GRAD_STATE][name].numpy()

@@ -34,8 +34,9 @@ def _model(init_seed: int = 0) -> MLP:
     return MLP(input_shape=[4], num_classes=2, hidden=(3,))
 
 
-def _state(root: Path, memory: RecordDict | None = None) -> ClientState:
-    return ClientState(memory if memory is not None else RecordDict(), root, "run-a", 3)
+def _state(root: Path, memory: RecordDict | None = None, server_round: int = 1) -> ClientState:
+    memory = memory if memory is not None else RecordDict()
+    return ClientState(memory, root, "run-a", 3, server_round)
 
 
 def _train(rule, state: ClientState | None, start: MLP | None = None, seed: int = 5) -> MLP:
@@ -149,18 +150,18 @@ def test_previous_model_survives_a_supernode_restart(tmp_path: Path) -> None:
     memory = RecordDict()  # context.state of the node that keeps running
     trained = _train(MoonRule(mu=1.0), _state(tmp_path, memory))
     # the restarted node: new process, empty context.state, same state directory
-    record = _state(tmp_path, RecordDict()).load(PREV_MODEL)
+    record = _state(tmp_path, RecordDict(), 2).load(PREV_MODEL)
     assert record is not None
     reloaded = record.to_torch_state_dict()
     assert list(reloaded) == list(trained.state_dict())
     assert all(torch.equal(reloaded[k], v) for k, v in trained.state_dict().items())
     # round 2 trains identically on a restarted node (previous model read from disk) and on
-    # the node that kept it in memory; the restarted one runs first, as it overwrites the file
-    restarted = _train(MoonRule(mu=1.0), _state(tmp_path, RecordDict()), _model(4), seed=6)
-    kept = _train(MoonRule(mu=1.0), _state(tmp_path, memory), _model(4), seed=6)
+    # the node that kept it in memory
+    restarted = _train(MoonRule(mu=1.0), _state(tmp_path, RecordDict(), 2), _model(4), seed=6)
+    kept = _train(MoonRule(mu=1.0), _state(tmp_path, memory, 2), _model(4), seed=6)
     assert _same(restarted, kept)
     # ... and differently from a node that lost its previous model (no contrastive term)
-    lost = _train(MoonRule(mu=1.0), _state(tmp_path / "empty", RecordDict()), _model(4), seed=6)
+    lost = _train(MoonRule(mu=1.0), _state(tmp_path / "empty", RecordDict(), 2), _model(4), seed=6)
     assert not torch.equal(restarted.features[1].weight, lost.features[1].weight)
 
 

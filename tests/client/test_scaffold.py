@@ -43,8 +43,9 @@ def _record(weight: list[float], bias: list[float]) -> ArrayRecord:
     )
 
 
-def _state(root: Path, memory: RecordDict | None = None) -> ClientState:
-    return ClientState(memory if memory is not None else RecordDict(), root, "run-a", 3)
+def _state(root: Path, memory: RecordDict | None = None, server_round: int = 1) -> ClientState:
+    memory = memory if memory is not None else RecordDict()
+    return ClientState(memory, root, "run-a", 3, server_round)
 
 
 def _params(model: nn.Module) -> dict[str, np.ndarray]:
@@ -140,12 +141,12 @@ def test_c_i_survives_rounds_and_a_supernode_restart(tmp_path: Path) -> None:
     assert any(np.any(v != 0) for v in c_i1.values())
 
     # the restarted SuperNode has an empty context.state: c_i comes back from disk
-    restarted = _state(tmp_path, RecordDict())
+    restarted = _state(tmp_path, RecordDict(), 2)
     loaded = restarted.load(C_I_STATE)
     for name in NAMES:
         np.testing.assert_array_equal(loaded[name].numpy(), c_i1[name])
     w_g = _params(_model())
-    model, second = _train(ScaffoldRule(), c=C, state=_state(tmp_path, RecordDict()), steps=3)
+    model, second = _train(ScaffoldRule(), c=C, state=_state(tmp_path, RecordDict(), 2), steps=3)
     # the round-2 correction used the loaded c_i: c_i2 - c_i1 = -c + (w_g - w_k)/(steps lr)
     w_k = _params(model)
     delta = second.extras.array_records[protocol.SCAFFOLD_DELTA_C]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +18,9 @@ from client_app.local_data import NodeIdentity, local_test_data, local_training_
 from fl_system.checkpoint import load_checkpoint
 from fl_system.evaluation import evaluate
 from fl_system.experiment import build_model
-from fl_system.launch.processes import alive
+from fl_system.launch.processes import alive, descendants
 from fl_system.results import MetricsLog
-from tests.integration.conftest import QUICK, interrupt_when, run_cli
+from tests.integration.conftest import FL_RUN, QUICK, interrupt_when, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +81,63 @@ def _run_id(run_dir: Path) -> str:
 def _rows(run_dir: Path) -> list[dict[str, str]]:
     path = run_dir / "metrics.csv"
     return MetricsLog(path).rows() if path.exists() else []
+
+
+def test_a_server_killed_mid_round_resumes_to_the_uninterrupted_model(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SCAFFOLD (server c, clients' c_i on disk) is killed with SIGKILL after a client has
+    saved its state for a round that the server has not checkpointed yet, then resumed: that
+    round runs again from the clients' state before it (not from what the lost attempt saved,
+    which would update c_i twice), and the final model equals the uninterrupted run's. What
+    the kill left running (Ray's processes) is ended by pid afterwards."""
+    rounds = 30
+    args = [*SIM, "num_clients=3", "algorithm=scaffold", "seed=5", f"num_rounds={rounds}"]
+    env = {**cli_env, "FL_STATE_DIR": str(tmp_path / "state")}
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    result = run_cli([*args, f"hydra.run.dir={straight}"], env, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def client_ahead_of_checkpoint() -> bool:
+        try:
+            if len(_rows(killed)) < 3:
+                return False
+            saved = (killed / "checkpoint.npz").stat().st_mtime_ns
+            return any(f.stat().st_mtime_ns > saved for f in (tmp_path / "state").rglob("*.npz"))
+        except OSError:  # a file replaced while looked at
+            return False
+
+    proc = subprocess.Popen(
+        [FL_RUN, *args, f"hydra.run.dir={killed}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not client_ahead_of_checkpoint():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.002)
+        tree = descendants(proc.pid)
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for pid in tree:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    killed_at = load_checkpoint(killed / "checkpoint.npz").round
+    assert 2 <= killed_at < rounds
+
+    result = run_cli([*args, "resume=true", f"hydra.run.dir={killed}"], env, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a = load_checkpoint(straight / "checkpoint.npz")
+    b = load_checkpoint(killed / "checkpoint.npz")
+    assert a.round == b.round == rounds
+    for key in a.model:
+        np.testing.assert_array_equal(a.model[key], b.model[key])
+    assert _accuracies(straight) == _accuracies(killed)
 
 
 def test_gsnr_with_one_client_trains_exactly_like_its_baseline(

@@ -63,8 +63,8 @@ def client_reply(
     return Message(content, reply_to=sent)
 
 
-def state(tmp_path: Path, partition: int = 0) -> ClientState:
-    return ClientState(RecordDict(), tmp_path, "run", partition)
+def state(tmp_path: Path, partition: int = 0, server_round: int = 1) -> ClientState:
+    return ClientState(RecordDict(), tmp_path, "run", partition, server_round)
 
 
 def test_an_encoded_update_becomes_the_sent_model_plus_the_decoded_update(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_the_residual_is_kept_in_client_state_and_survives_a_restart(tmp_path: P
     client_reply(sent_to(1), compression, trained(0.1), first, 0)
     kept = first.load(RESIDUAL)
     assert kept is not None and list(kept.keys()) == ["w", "b"]
-    restarted = state(tmp_path)  # a new node process: empty memory, same state directory
+    restarted = state(tmp_path, server_round=2)  # a new node process in round 2: empty memory
     restored = restarted.load(RESIDUAL)
     assert restored is not None
     for a, b in zip(kept.to_numpy_ndarrays(), restored.to_numpy_ndarrays(), strict=True):

@@ -82,7 +82,7 @@ def test_clients_hold_the_servers_model_bit_for_bit_round_after_round(tmp_path: 
     downlink = Downlink(COMPRESSION, seed=0)
     global_model = random_model()
     downlink.start(global_model)
-    states = {pid: ClientState(RecordDict(), tmp_path, "run", pid) for pid in range(3)}
+    states = {pid: ClientState(RecordDict(), tmp_path, "run", pid, 1) for pid in range(3)}
     for rnd in range(1, 6):
         # partition 2 sits rounds 2 and 3 out: it catches up with two broadcasts in round 4
         present = {p: s for p, s in states.items() if not (p == 2 and rnd in (2, 3))}
@@ -98,7 +98,7 @@ def test_what_travels(tmp_path: Path) -> None:
     downlink = Downlink(COMPRESSION, seed=0)
     first = random_model()
     downlink.start(first)
-    states = {0: ClientState(RecordDict(), tmp_path, "run", 0)}
+    states = {0: ClientState(RecordDict(), tmp_path, "run", 0, 1)}
     nodes = {10: 0}
     (whole,) = downlink.outgoing([message(10, first, 1)], nodes, first)
     assert protocol.DOWN_UPDATES not in whole.content.array_records  # first contact
@@ -122,7 +122,7 @@ def test_a_client_too_far_behind_gets_the_whole_model(tmp_path: Path) -> None:
     downlink = Downlink(COMPRESSION, seed=0, history=2)
     global_model = random_model()
     downlink.start(global_model)
-    state = ClientState(RecordDict(), tmp_path, "run", 0)
+    state = ClientState(RecordDict(), tmp_path, "run", 0, 1)
     deliver(downlink, global_model, {0: state}, 1)
     for rnd in (1, 2, 3):
         global_model, _ = downlink.commit(random_model(), rnd)
@@ -135,10 +135,10 @@ def test_a_client_that_lost_its_model_says_so(tmp_path: Path) -> None:
     downlink = Downlink(COMPRESSION, seed=0)
     global_model = random_model()
     downlink.start(global_model)
-    deliver(downlink, global_model, {0: ClientState(RecordDict(), tmp_path, "run", 0)}, 1)
+    deliver(downlink, global_model, {0: ClientState(RecordDict(), tmp_path, "run", 0, 1)}, 1)
     global_model, _ = downlink.commit(random_model(), 1)
     (msg,) = downlink.outgoing([message(10, global_model, 2)], {10: 0}, global_model)
-    blank = ClientState(RecordDict(), tmp_path / "elsewhere", "run", 0)
+    blank = ClientState(RecordDict(), tmp_path / "elsewhere", "run", 0, 2)
     with pytest.raises(ValueError, match="holds no model to apply them to"):
         receive_model(COMPRESSION, msg.content, blank, ORDER)
     downlink.confirm([Message(Error(code=0, reason="no model"), reply_to=_with_id(msg))])
@@ -150,7 +150,7 @@ def test_the_downlink_survives_a_checkpoint(tmp_path: Path) -> None:
     downlink = Downlink(COMPRESSION, seed=0)
     global_model = random_model()
     downlink.start(global_model)
-    states = {0: ClientState(RecordDict(), tmp_path, "run", 0)}
+    states = {0: ClientState(RecordDict(), tmp_path, "run", 0, 1)}
     deliver(downlink, global_model, states, 1)
     global_model, _ = downlink.commit(random_model(), 1)
     restored = Downlink(COMPRESSION, seed=0)
