@@ -56,12 +56,7 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
 
     result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
-    a = load_checkpoint(straight / "checkpoint.npz")
-    b = load_checkpoint(broken / "checkpoint.npz")
-    assert a.round == b.round == rounds
-    for key in a.model:
-        np.testing.assert_array_equal(a.model[key], b.model[key])
-    assert _accuracies(straight) == _accuracies(broken)
+    _assert_same_end(straight, broken, rounds)
     assert _run_id(broken) == first_id  # so clients find their saved state again
 
     other_args = [*SIM, "partition=dirichlet", "seed=4", "num_rounds=3"]
@@ -70,6 +65,16 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     assert _accuracies(other) != _accuracies(straight)[:3]
     # the same config twice is still two runs: client state must not carry over
     assert len({_run_id(r) for r in (straight, broken, other)}) == 3
+
+
+def _assert_same_end(straight: Path, resumed: Path, rounds: int) -> None:
+    """The resumed run ended where the uninterrupted one did: model and accuracy history."""
+    a = load_checkpoint(straight / "checkpoint.npz")
+    b = load_checkpoint(resumed / "checkpoint.npz")
+    assert a.round == b.round == rounds
+    for key in a.model:
+        np.testing.assert_array_equal(a.model[key], b.model[key])
+    assert _accuracies(straight) == _accuracies(resumed)
 
 
 def _run_id(run_dir: Path) -> str:
@@ -132,12 +137,7 @@ def test_a_server_killed_mid_round_resumes_to_the_uninterrupted_model(
 
     result = run_cli([*args, "resume=true", f"hydra.run.dir={killed}"], env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
-    a = load_checkpoint(straight / "checkpoint.npz")
-    b = load_checkpoint(killed / "checkpoint.npz")
-    assert a.round == b.round == rounds
-    for key in a.model:
-        np.testing.assert_array_equal(a.model[key], b.model[key])
-    assert _accuracies(straight) == _accuracies(killed)
+    _assert_same_end(straight, killed, rounds)
 
 
 def test_gsnr_with_one_client_trains_exactly_like_its_baseline(
