@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -53,3 +57,40 @@ def test_only_some_keys_may_change_on_resume() -> None:
     check_same_experiment({"seed": 1, "num_rounds": 5}, {"seed": 1, "num_rounds": 9})
     with pytest.raises(CheckpointError, match="differs from the checkpointed run in seed"):
         check_same_experiment({"seed": 1}, {"seed": 2})
+
+
+WRITER = """
+import sys
+from pathlib import Path
+import numpy as np
+from fl_system.checkpoint import Checkpoint, save_checkpoint
+
+path = Path(sys.argv[1])
+r = 0
+while True:
+    r += 1
+    big = np.full(3_000_000, float(r), np.float32)  # 12 MB: the kill lands mid-write
+    save_checkpoint(path, Checkpoint(r, {"w": big}, {"c": np.array([r])}, float(r), {"seed": 1}))
+    print(r, flush=True)
+"""
+
+
+def test_a_kill_during_the_write_leaves_the_previous_checkpoint_usable(tmp_path: Path) -> None:
+    for delay in (0.2, 0.45, 0.7):
+        path = tmp_path / f"kill-{delay}" / "checkpoint.npz"
+        path.parent.mkdir()
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "1"  # one checkpoint is complete
+        time.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        got = load_checkpoint(path)
+        assert got.round >= 1 and got.elapsed_seconds == float(got.round)
+        np.testing.assert_array_equal(got.model["w"], np.full(3_000_000, float(got.round)))
+        np.testing.assert_array_equal(got.strategy_state["c"], [got.round])
+        # the next save goes over whatever the kill left half-written
+        save_checkpoint(path, _ckpt())
+        assert load_checkpoint(path).round == 3
