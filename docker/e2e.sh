@@ -118,6 +118,28 @@ for node in 0 1 2; do
     fi
 done
 
+# 3. secrets: from inside each service, the private keys it can see anywhere are its own only
+#    (nobody but the certs job sees ca.key); keys are mode 0600 and owned by uid 1000
+KEYS_SCRIPT='find / \( -path /proc -o -path /sys \) -prune -o -name "*.key" -print 2>/dev/null |
+    sort | while read -r f; do printf "%s:%s " "$f" "$(stat -c %a:%u "$f")"; done'
+check_keys() {  # service, expected listing, then the command that runs `sh -c SCRIPT` in it
+    local service="$1" want="$2"; shift 2
+    local got
+    got="$("$@" "$KEYS_SCRIPT" | sed 's/ $//')"
+    if [ "$got" != "$want" ]; then
+        say "secrets: $service sees private keys '$got', expected '$want'"
+        exit 10
+    fi
+    SECRETS="$SECRETS $service[${want:-none}]"
+}
+SECRETS=""
+check_keys superlink "/certs/server.key:600:1000" compose exec -T superlink sh -c
+for node in 0 1 2; do
+    check_keys "supernode-$node" "/certs/supernode-$node.key:600:1000" \
+        compose exec -T "supernode-$node" sh -c
+done
+check_keys runner "" compose run --rm --no-deps -T --entrypoint sh runner -c
+
 # 3. the run directory, read through the runner's own volumes, then copied out with
 #    docker/README.md's recipe: the files must land owned by this user and world-readable
 say "checking /runs/e2e"
@@ -167,6 +189,7 @@ compose      : $COMPOSE, 1 SuperLink + 3 SuperNodes, TLS + SuperNode auth
 run          : $FL_RUN_ARGS
 wall time    : ${WALL_S} s of 'compose run --rm runner' (federation started, run followed)
 copy-out     : $LOGDIR/my-runs (owned by uid $(id -u), readable by all)
+private keys :$SECRETS
 result       : $CHECK
 logs         : $LOGDIR
 REPORT

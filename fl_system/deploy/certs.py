@@ -8,8 +8,15 @@ Writes into DIR
                                     what Flower's SuperNode authentication expects)
 
 Clients get ca.crt and their own supernode-<i>.key; the SuperLink gets server.crt/key and
-the .pub files (`fl-server --authorized-keys DIR` registers them). Private keys are written
-with mode 0600 and nothing is ever overwritten.
+the .pub files (`fl-server --authorized-keys DIR` registers them); ca.key stays where it was
+made (it can sign a certificate for any name). `--bundles OUT` also copies each machine's share
+into a folder of its own, so that nothing else needs to reach it:
+
+    OUT/superlink/      ca.crt, server.crt, server.key, supernode-*.pub
+    OUT/supernode-<i>/  ca.crt, supernode-<i>.key
+    OUT/public/         ca.crt (for fl-run and flwr: they only check the server)
+
+Private keys are written with mode 0600 and nothing is ever overwritten.
 """
 
 from __future__ import annotations
@@ -193,6 +200,50 @@ def generate(
     return [directory / n for n in files]
 
 
+def bundle_files(supernodes: int) -> dict[str, list[str]]:
+    """The files each machine needs, by bundle name."""
+    public_keys = [supernode_key_names(i)[1] for i in range(supernodes)]
+    bundles = {
+        "superlink": [CA_CERT, SERVER_CERT, SERVER_KEY, *public_keys],
+        "public": [CA_CERT],
+    }
+    for i in range(supernodes):
+        bundles[f"supernode-{i}"] = [CA_CERT, supernode_key_names(i)[0]]
+    return bundles
+
+
+def write_bundles(
+    material: Path, out: Path, supernodes: int, *, owner: tuple[int, int] | None = None
+) -> list[Path]:
+    """Copy each machine's share of `material` into out/<bundle>/ (files already there are
+    kept); private keys stay 0600. With `owner` (uid, gid) the copies are given to that user
+    (fl-certs run as root for the users of a container image). Returns the files written."""
+    written = []
+    for bundle, names in bundle_files(supernodes).items():
+        folder = out / bundle
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            target = folder / name
+            if target.exists():
+                continue
+            private = name.endswith(".key")
+            _write(target, (material / name).read_bytes(), private=private)
+            if owner is not None:
+                os.chown(target, *owner)
+            written.append(target)
+        if owner is not None:
+            os.chown(folder, *owner)
+    return written
+
+
+def _owner(value: str) -> tuple[int, int]:
+    uid, _, gid = value.partition(":")
+    try:
+        return int(uid), int(gid or uid)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not UID[:GID]: {value!r}") from None
+
+
 def _check_ip(value: str) -> str:
     try:
         ipaddress.ip_address(value)
@@ -225,7 +276,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--if-missing",
         action="store_true",
-        help="do nothing (exit 0) when DIRECTORY already has ca.crt (for one-shot containers)",
+        help="keep the material when DIRECTORY already has ca.crt (for one-shot containers)",
+    )
+    parser.add_argument(
+        "--bundles",
+        type=Path,
+        help="also copy each machine's share into BUNDLES/superlink, BUNDLES/supernode-<i> "
+        "and BUNDLES/public (missing files only)",
+    )
+    parser.add_argument(
+        "--bundle-owner",
+        type=_owner,
+        metavar="UID[:GID]",
+        help="give the bundles' files to this user (needs root)",
     )
     args = parser.parse_args(argv)
     if args.supernodes < 0:
@@ -239,17 +302,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.if_missing and (args.directory / CA_CERT).exists():
-        print(f"fl-certs: {args.directory / CA_CERT} exists; keeping the material there")
-        return 0
+    files: list[Path] = []
     try:
-        files = generate(
-            args.directory,
-            server_names=args.server_name,
-            server_ips=args.server_ip,
-            supernodes=args.supernodes,
-            days=args.days,
-        )
+        if args.if_missing and (args.directory / CA_CERT).exists():
+            print(f"fl-certs: {args.directory / CA_CERT} exists; keeping the material there")
+        else:
+            files = generate(
+                args.directory,
+                server_names=args.server_name,
+                server_ips=args.server_ip,
+                supernodes=args.supernodes,
+                days=args.days,
+            )
+        if args.bundles:
+            files += write_bundles(
+                args.directory, args.bundles, args.supernodes, owner=args.bundle_owner
+            )
     except (FileExistsError, OSError) as err:
         print(f"fl-certs: error: {err}", file=sys.stderr)
         return 2

@@ -193,6 +193,30 @@ def test_fl_certs_never_overwrites(tmp_path: Path, capsys) -> None:
     assert oct((tmp_path / "supernode-0.key").stat().st_mode & 0o777) == "0o600"
 
 
+def test_fl_certs_bundles_give_each_machine_only_its_share(tmp_path: Path) -> None:
+    material, out = tmp_path / "material", tmp_path / "out"
+    args = [str(material), "--server-name", "a", "--supernodes", "2", "--bundles", str(out)]
+    assert certs.main(args) == 0
+    listing = {d.name: sorted(f.name for f in d.iterdir()) for d in out.iterdir()}
+    assert listing == {
+        "superlink": ["ca.crt", "server.crt", "server.key", "supernode-0.pub", "supernode-1.pub"],
+        "supernode-0": ["ca.crt", "supernode-0.key"],
+        "supernode-1": ["ca.crt", "supernode-1.key"],
+        "public": ["ca.crt"],
+    }
+    assert not any(f.name == certs.CA_KEY for f in out.rglob("*"))
+    for key in out.rglob("*.key"):
+        assert oct(key.stat().st_mode & 0o777) == "0o600", key
+        assert key.read_bytes() == (material / key.name).read_bytes()
+    assert oct((out / "superlink" / "ca.crt").stat().st_mode & 0o777) == "0o644"
+    # a later call (the compose job on every `up`) keeps what is there and fills what is not
+    (out / "supernode-1" / "supernode-1.key").unlink()
+    assert certs.main([*args, "--if-missing"]) == 0
+    assert (out / "supernode-1" / "supernode-1.key").read_bytes() == (
+        material / "supernode-1.key"
+    ).read_bytes()
+
+
 def test_fl_client_stops_a_supernode_that_ignores_sigint_within_its_grace(tmp_path: Path) -> None:
     """docker stop allows 10 s: a SuperNode that does not end on SIGINT (still reconnecting to
     a SuperLink that is gone) is killed after the grace, with its whole process group."""
