@@ -76,15 +76,22 @@ def follow_run(
 ) -> None:
     """Wait for `main` (the process whose end is the run's end), showing progress.
 
-    Any other process of the group dying early (a SuperLink or SuperNode crash) ends the
-    wait too. Raises with the failure the ServerApp reported, or the log's tail if the run
-    left no summary. A summary that exists only in the log (the ServerApp wrote its run
-    directory on another machine) is copied into the local run directory.
+    A restartable process that exits (a killed SuperNode) is started again and the run goes
+    on; any other process of the group dying early (the SuperLink, a SuperNode that keeps
+    failing) ends the wait. Raises with the failure the ServerApp reported, or the log's tail
+    if the run left no summary. A summary that exists only in the log (the ServerApp wrote
+    its run directory on another machine) is copied into the local run directory.
     """
     bar = ProgressBar(cfg, paths)
     try:
         while main.poll() is None:
             bar.poll()
+            procs.watch()
+            for name, code in procs.restart_exited():
+                bar.bar.write(
+                    f"fl-run: {name} exited with code {code}; started again (same partition "
+                    "and state); the round goes on without it"
+                )
             dead = procs.first_dead()
             if dead and dead[1] is not main:
                 raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {paths.logs}")

@@ -87,6 +87,7 @@ class LocalRuntime:
                 paths.logs / f"supernode-{pid}.log",
                 env,
                 plain=True,
+                restart=True,
             )
         return control
 

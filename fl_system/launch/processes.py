@@ -1,4 +1,11 @@
-"""Child processes that are always cleaned up: own process group, SIGINT first, then SIGKILL."""
+"""Child processes that are always cleaned up: own process group, SIGINT first, then SIGKILL.
+
+A process started with `restart=True` (a SuperNode: a federation outlives its members) that
+exits is started again by `restart_exited`, with the same command and log. A restarted one
+that exits again within RESTART_GRACE seconds is failing, not killed: it stays dead and
+`first_dead` reports it. What a process leaves behind when it is killed (children in
+sessions of their own) is remembered while it lives (`watch`) and ended with it.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -46,12 +54,29 @@ def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+RESTART_GRACE = 10.0  # seconds a restarted process must live for another restart
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """How a restartable process was started, to start it again."""
+
+    cmd: tuple[str, ...]
+    log_path: Path
+    env: dict[str, str]
+    plain: bool
+    started: float  # time.monotonic()
+    restarts: int  # how many times this command was started again before
+
+
 class ProcessGroup:
     """Starts commands in their own sessions and tears all of them down together."""
 
     def __init__(self) -> None:
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self._copiers: dict[int, threading.Thread] = {}  # pid -> its output's copier
+        self._launches: dict[int, _Launch] = {}  # pid -> how to start it again
+        self._seen: dict[int, dict[int, str]] = {}  # pid -> its descendants: pid -> start time
 
     def start(
         self,
@@ -61,10 +86,23 @@ class ProcessGroup:
         env: dict[str, str],
         *,
         plain: bool = False,
+        restart: bool = False,
     ) -> subprocess.Popen:
         """Start `cmd` with its output in `log_path`. `plain` (the run directory's logs)
         copies it line by line without the colour codes Flower's logger always writes;
-        otherwise the process writes the file itself."""
+        otherwise the process writes the file itself. `restart`: see `restart_exited`."""
+        return self._start(name, cmd, log_path, env, plain=plain, restarts=0 if restart else None)
+
+    def _start(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        log_path: Path,
+        env: dict[str, str],
+        *,
+        plain: bool,
+        restarts: int | None,
+    ) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")  # noqa: SIM115 - exists from now on; closed below or by the copier
         proc = subprocess.Popen(
@@ -84,7 +122,58 @@ class ProcessGroup:
         else:
             log.close()  # the child holds its own descriptor
         self.procs.append((name, proc))
+        if restarts is not None:
+            self._launches[proc.pid] = _Launch(
+                tuple(cmd), log_path, env, plain, time.monotonic(), restarts
+            )
         return proc
+
+    def restart_exited(self) -> list[tuple[str, int]]:
+        """Start again each restartable process that has exited, after ending what it left
+        behind; (name, exit code) of each. A restarted process that exited within
+        RESTART_GRACE seconds is left dead."""
+        restarted = []
+        for name, proc in list(self.procs):
+            launch = self._launches.get(proc.pid)
+            code = proc.poll()
+            if launch is None or code is None:
+                continue
+            if launch.restarts and time.monotonic() - launch.started < RESTART_GRACE:
+                continue  # failing: first_dead reports it
+            self.drain(proc, timeout=2.0)
+            self._end_leftovers(proc.pid)
+            self.procs.remove((name, proc))
+            del self._launches[proc.pid]
+            self._start(
+                name,
+                launch.cmd,
+                launch.log_path,
+                launch.env,
+                plain=launch.plain,
+                restarts=launch.restarts + 1,
+            )
+            restarted.append((name, code))
+        return restarted
+
+    def watch(self) -> None:
+        """Remember the restartable processes' descendants, to end them if their parent is
+        killed (a SIGKILLed SuperNode's ClientApp lives on in its own session)."""
+        parents = _parents()
+        for pid in self._launches:
+            seen = self._seen.setdefault(pid, {})
+            for child in _descendants_in(parents, pid):
+                started = _start_time(child)
+                if started is not None:
+                    seen[child] = started
+
+    def _end_leftovers(self, pid: int) -> None:
+        """SIGKILL the process group of `pid` and its remembered descendants still alive."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        for child, started in self._seen.pop(pid, {}).items():
+            if _start_time(child) == started:  # the same process, not a reused pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(child, signal.SIGKILL)
 
     def drain(self, proc: subprocess.Popen, timeout: float = 10.0) -> None:
         """Wait until an exited process's output is all in its log (its last lines may still
@@ -126,12 +215,15 @@ class ProcessGroup:
         for pid in tree:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        for pid in list(self._seen):
+            self._end_leftovers(pid)
         for _, proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
             self.drain(proc, timeout=2.0)
         self.procs.clear()
         self._copiers.clear()
+        self._launches.clear()
 
 
 ANSI_CODES = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
@@ -153,6 +245,13 @@ def _proc_stat(pid: int) -> list[str] | None:
         return None
 
 
+def _start_time(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot), to tell it from a later process that
+    got the same pid."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields else None
+
+
 def _pgid(pid: int) -> int | None:
     fields = _proc_stat(pid)
     return int(fields[2]) if fields else None
@@ -166,10 +265,19 @@ def alive(pid: int) -> bool:
 
 def descendants(pid: int) -> set[int]:
     """Every process whose parent chain leads to `pid`, across sessions (read from /proc)."""
+    return _descendants_in(_parents(), pid)
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc."""
     parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (fields := _proc_stat(int(entry.name))):
             parent[int(entry.name)] = int(fields[1])
+    return parent
+
+
+def _descendants_in(parent: dict[int, int], pid: int) -> set[int]:
     found: set[int] = set()
     frontier = {pid}
     while frontier:

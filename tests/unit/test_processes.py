@@ -1,11 +1,15 @@
-"""Child processes' logs: every line, in order, without terminal colour codes."""
+"""Child processes' logs: every line, in order, without terminal colour codes; restartable
+processes (SuperNodes) started again when killed, not when failing."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
-from fl_system.launch.processes import ProcessGroup, tool_env
+from fl_system.launch.processes import ProcessGroup, alive, tool_env
 
 
 def test_a_childs_log_keeps_its_lines_and_drops_colour_codes(tmp_path: Path) -> None:
@@ -28,3 +32,61 @@ def test_a_childs_log_keeps_its_lines_and_drops_colour_codes(tmp_path: Path) -> 
         "ERROR: plain  text\n"
         "a last line without its end"
     )
+
+
+NODE = """
+import os, subprocess, sys, time
+print("started", os.getpid(), flush=True)
+# a child in a session of its own, as Flower's ClientApp processes are: it outlives a SIGKILL
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         start_new_session=True)
+print("child", child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _wait_for(check, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_killed_restartable_process_is_started_again_and_its_leftovers_ended(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "node.log"
+    procs = ProcessGroup()
+    try:
+        first = procs.start("node 0", [sys.executable, "-c", NODE], log, tool_env(), restart=True)
+        _wait_for(lambda: "child" in log.read_text())
+        procs.watch()
+        child = int(log.read_text().split("child ")[1].split()[0])
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        assert procs.restart_exited() == [("node 0", -signal.SIGKILL)]
+        assert procs.first_dead() is None
+        _wait_for(lambda: not alive(child))  # the killed node's child does not live on
+        _wait_for(lambda: log.read_text().count("started") == 2)  # same log, appended
+        ((name, second),) = procs.procs
+        assert name == "node 0" and second.pid != first.pid and second.poll() is None
+        assert procs.restart_exited() == []
+    finally:
+        procs.stop()
+    assert not alive(second.pid)
+
+
+def test_a_restarted_process_that_fails_at_once_stays_dead(tmp_path: Path) -> None:
+    procs = ProcessGroup()
+    try:
+        crash = [sys.executable, "-c", "raise SystemExit(3)"]
+        first = procs.start("node 1", crash, tmp_path / "node.log", tool_env(), restart=True)
+        first.wait(timeout=10)
+        assert procs.restart_exited() == [("node 1", 3)]  # it may have been killed: once more
+        ((_, second),) = procs.procs
+        second.wait(timeout=10)
+        assert procs.restart_exited() == []  # exited again within the grace: failing
+        dead = procs.first_dead()
+        assert dead is not None and dead[0] == "node 1" and dead[2] == 3
+    finally:
+        procs.stop()
