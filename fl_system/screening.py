@@ -2,8 +2,8 @@
 update's norm, a claimed number of examples) mark a reply as hostile or broken.
 
 The median is taken over all of the round's usable replies, so a minority of outliers cannot
-move it; with fewer than `MIN_REPLIES` replies there is no median to trust and nothing is
-flagged.
+move it; with fewer than `MIN_REPLIES` replies, or a median of zero, there is no scale to
+trust and nothing is flagged.
 """
 
 from __future__ import annotations
@@ -20,4 +20,6 @@ def above_median(values: Sequence[float], ratio: float | None) -> list[bool]:
     if ratio is None or len(values) < MIN_REPLIES:
         return [False] * len(values)
     median = float(np.median(np.asarray(values, dtype=np.float64)))
+    if median <= 0:  # most replies did not move (freeloaders, idle clients): no scale to judge by
+        return [False] * len(values)
     return [float(v) > ratio * median for v in values]

@@ -83,3 +83,4 @@ def test_above_median_flags_values_over_ratio_times_the_median() -> None:
     assert above_median([1.0, 2.0, 3.0, 50.0], 20) == [False] * 4
     assert above_median([1.0, 1000.0], 20) == [False, False]  # two replies: no median to trust
     assert above_median([1.0, 2.0, 1000.0], None) == [False] * 3
+    assert above_median([0.0, 0.0, 0.0, 1.0], 20) == [False] * 4  # most did not move: no scale
