@@ -12,6 +12,7 @@ and its bytes and seconds are counted under the exchange's label.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,13 +375,20 @@ class RoundDriver:
 
 
 def _grouped(failures: list[ClientFailure]) -> str:
-    """Failures by reason, so ten nodes failing alike read as one line."""
-    nodes: dict[str, list[int]] = {}
+    """Failures by reason, so ten clients failing alike read as one line: by partition when
+    the reason names one ("partition 3: ..."), else by node."""
+    who: dict[tuple[str, str], list[str]] = {}
     for f in failures:
-        nodes.setdefault(f.reason, []).append(f.node_id)
+        named = re.match(r"partition (\d+): (.*)", f.reason, flags=re.S)
+        kind, ident, reason = (
+            ("partition", named.group(1), named.group(2))
+            if named
+            else ("node", str(f.node_id), f.reason)
+        )
+        who.setdefault((kind, reason), []).append(ident)
     return "; ".join(
-        f"node{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: {reason}"
-        for reason, ids in nodes.items()
+        f"{kind}{'s' if len(ids) > 1 else ''} {', '.join(ids)}: {reason}"
+        for (kind, reason), ids in who.items()
     )
 
 

@@ -166,8 +166,10 @@ def test_a_diverged_run_stops_with_one_clear_error(tmp_path: Path, cli_env) -> N
     run_dir = tmp_path / "nan"
     result = run_cli([*SIM, "num_rounds=3", "train.lr=1e30", f"hydra.run.dir={run_dir}"], cli_env)
     assert result.returncode == 1
-    assert "fl-run: error: round 1: 0 usable replies of 2 sent (nodes " in result.stderr
-    assert "local model has NaN or inf in " in result.stderr
+    assert (
+        "fl-run: error: round 1: 0 usable replies of 2 sent (partitions 0, 1: local model has "
+        "NaN or inf in " in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert (run_dir / "failure.txt").read_text().startswith("round 1: 0 usable replies")
 
