@@ -59,5 +59,5 @@ def test_the_compose_project_name_is_fixed_where_both_compose_versions_read_it()
     assert settings == {"COMPOSE_PROJECT_NAME": "fl-system"}
     assert not re.search(r"^name:", (DOCKER / "compose.yaml").read_text(), flags=re.M)
     docs = (DOCKER / "README.md").read_text() + (DOCKER.parent / "README.md").read_text()
-    named = re.findall(r"docker volume rm (\S+)", docs)
+    named = re.findall(r"docker volume rm\s+(\S+)", docs)
     assert named and all(v.startswith("fl-system_") for v in named), named
