@@ -106,6 +106,9 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ctrl-C stops the run even when fl-run was started from a background job, whose
+    # SIGINT the shell ignores (and Python then leaves ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         check_choices(sys.argv[1:], CONF_DIR)
         sys.argv[1:] = rewrite(sys.argv[1:], mounted_groups(CONF_DIR), CONF_DIR)
