@@ -40,11 +40,12 @@ def _sent(node: int) -> Message:
     return Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN)
 
 
-def _error_from_superlink(reply_to: str) -> Message:
-    metadata = Metadata(
+def _reply_metadata(reply_to: str, src_node_id: int) -> Metadata:
+    """The metadata of a reply to message `reply_to`, as pulled from the SuperLink."""
+    return Metadata(
         run_id=0,
-        message_id=f"e-{reply_to}",
-        src_node_id=SUPERLINK,
+        message_id=f"r-{reply_to}",
+        src_node_id=src_node_id,
         dst_node_id=0,
         reply_to_message_id=reply_to,
         group_id="",
@@ -52,6 +53,10 @@ def _error_from_superlink(reply_to: str) -> Message:
         ttl=60.0,
         message_type=MessageType.TRAIN,
     )
+
+
+def _error_from_superlink(reply_to: str) -> Message:
+    metadata = _reply_metadata(reply_to, SUPERLINK)
     return Message(metadata=metadata, error=Error(code=0, reason="Node Unavailable"))
 
 
@@ -66,17 +71,7 @@ def test_an_error_for_an_unavailable_node_is_attributed_to_that_node() -> None:
 
 
 def _reply_to(reply_to: str, node: int, floats: int) -> Message:
-    metadata = Metadata(
-        run_id=0,
-        message_id=f"r-{reply_to}",
-        src_node_id=node,
-        dst_node_id=0,
-        reply_to_message_id=reply_to,
-        group_id="",
-        created_at=0.0,
-        ttl=60.0,
-        message_type=MessageType.TRAIN,
-    )
+    metadata = _reply_metadata(reply_to, node)
     arrays = ArrayRecord({"w": Array(np.ones(floats, np.float32))})
     return Message(content=wire.pack(RecordDict({"arrays": arrays})), metadata=metadata)
 
