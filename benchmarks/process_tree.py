@@ -84,7 +84,7 @@ ROLES = (  # (role, text in its command line), first match wins
     ("SuperNodes", "supernode"),
     ("SuperExec helpers", "flower-superexec"),
     ("ServerApp", "flwr-serverapp"),
-    ("SuperLink", "flower-superlink"),
+    ("SuperLink", "-superlink"),  # flower-superlink, fl-superlink
 )
 
 

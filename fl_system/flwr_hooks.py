@@ -12,7 +12,11 @@ only *how fast* that happens:
   starts each ClientApp in a forked child instead of a fresh `flwr-clientapp` interpreter;
 - the FAB is installed once per machine and hash, not unzipped and re-verified per message;
 - the simulation engine picks a message up when it is stored, not at its next 0.1 s sweep;
-- bytes on the wire are counted on Flower's own content-addressed objects.
+- bytes on the wire are counted on Flower's own content-addressed objects;
+- a reply whose sender dies while uploading it is given up once the sender is offline, not
+  after Flower's 180 s object-push session (which also blocked every other reply);
+- a SuperNode may promise heartbeats more often than Flower's 30 s (and our SuperLink accepts
+  down to MIN_HEARTBEAT s instead of 10), so a killed node is reported unavailable in seconds.
 
 `check()` verifies that the pinned flwr still has all of this; the node, the launcher and the
 simulation call it at start-up, and a unit test calls it so an flwr upgrade fails loudly.
@@ -34,23 +38,37 @@ from queue import Queue
 from threading import Event
 
 import flwr.cli.install as flwr_install
+import flwr.client.grpc_rere_client.connection as flwr_node_connection
+import flwr.server.superlink.fleet.message_handler.message_handler as flwr_fleet_handler
 import flwr.server.superlink.fleet.vce.vce_api as flwr_simulation_engine
+import flwr.supercore.heartbeat as flwr_heartbeat
+import flwr.superlink.grid.http_grid as flwr_http_grid
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import flwr.supernode.start_client_internal as flwr_supernode_loop
 from flwr.app import Message
-from flwr.common.constant import ISOLATION_MODE_PROCESS
+from flwr.common.constant import (
+    HEARTBEAT_CALL_TIMEOUT,
+    HEARTBEAT_MAX_INTERVAL,
+    ISOLATION_MODE_PROCESS,
+)
 from flwr.proto.runtime_pb2 import ClaimTaskRequest, PullPendingTasksRequest
 from flwr.server.superlink.linkstate import LinkState
 from flwr.supercore.inflatable.inflatable_object import (
     get_all_nested_objects,
     no_object_id_recompute,
 )
+from flwr.supercore.inflatable.inflatable_utils import (
+    ObjectPullError,
+    ObjectUnavailableError,
+)
+from flwr.supercore.inflatable.inflatable_utils import pull_objects as flwr_pull_objects
 from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult
 from flwr.supercore.superexec.plugin.clientapp_exec_plugin import ClientAppExecPlugin
 from flwr.supercore.utils import get_flwr_home
+from flwr.superlink.cli.flower_superlink import flower_superlink
 from flwr.superlink.grid import InMemoryGrid
 from flwr.supernode.cli.flower_supernode import flower_supernode
 
@@ -96,6 +114,7 @@ def check() -> None:
         problems.append("the simulation engine no longer picks messages up as it did")
     if "store_message_ins" not in inspect.getsource(InMemoryGrid.push_messages):
         problems.append("the simulation's grid no longer stores messages with store_message_ins")
+    problems += _heartbeat_problems() + _reply_pull_problems()
     if problems:
         raise FlwrInternalsChanged(
             "the installed flwr differs from the 1.36 internals fl_system relies on: "
@@ -142,6 +161,119 @@ def run_supernode(flower_args: list[str]) -> None:
     """Flower's `flower-supernode` main in this process, with `flower_args` as its argv."""
     sys.argv = ["flower-supernode", *flower_args]
     flower_supernode()
+
+
+# ----- heartbeats ----------------------------------------------------------------------------
+MIN_HEARTBEAT = 1.0  # seconds: the shortest heartbeat interval our SuperLink accepts
+
+
+def _heartbeat_problems() -> list[str]:
+    problems = []
+    for module in (flwr_node_connection, flwr_heartbeat):
+        for name in ("HEARTBEAT_DEFAULT_INTERVAL", "HEARTBEAT_CALL_TIMEOUT"):
+            if not hasattr(module, name):
+                problems.append(f"{module.__name__} no longer reads {name}")
+    if "heartbeat_interval=HEARTBEAT_DEFAULT_INTERVAL" not in inspect.getsource(
+        flwr_node_connection
+    ):
+        problems.append("the SuperNode no longer promises HEARTBEAT_DEFAULT_INTERVAL")
+    sender = inspect.getsource(flwr_heartbeat.HeartbeatSender)
+    if "HEARTBEAT_DEFAULT_INTERVAL - HEARTBEAT_CALL_TIMEOUT" not in sender:
+        problems.append("HeartbeatSender no longer spaces heartbeats by the module's constants")
+    validate = inspect.getsource(flwr_fleet_handler._validate_heartbeat_interval)
+    if "HEARTBEAT_MIN_INTERVAL <= interval" not in validate:
+        problems.append("the SuperLink no longer bounds heartbeats by HEARTBEAT_MIN_INTERVAL")
+    return problems
+
+
+def set_node_heartbeat(interval: float) -> None:
+    """Make this process's SuperNode promise a heartbeat every `interval` seconds.
+
+    The SuperLink reports a node unavailable (and fails its pending messages) once
+    HEARTBEAT_PATIENCE (2) intervals pass without one. Flower sends one every
+    (interval - call timeout) x 0.7-0.9, so the call timeout shrinks with the interval.
+    """
+    if not MIN_HEARTBEAT <= interval <= HEARTBEAT_MAX_INTERVAL:
+        raise ValueError(
+            f"heartbeat interval must be in [{MIN_HEARTBEAT}, {HEARTBEAT_MAX_INTERVAL}] s, "
+            f"got {interval}"
+        )
+    call_timeout = min(HEARTBEAT_CALL_TIMEOUT, interval / 2)
+    for module in (flwr_node_connection, flwr_heartbeat):
+        module.HEARTBEAT_DEFAULT_INTERVAL = interval  # type: ignore[attr-defined]
+        module.HEARTBEAT_CALL_TIMEOUT = call_timeout  # type: ignore[attr-defined]
+
+
+def run_superlink(flower_args: list[str]) -> None:
+    """Flower's `flower-superlink` main in this process, accepting heartbeat intervals down
+    to MIN_HEARTBEAT seconds (Flower: 10)."""
+    flwr_fleet_handler.HEARTBEAT_MIN_INTERVAL = MIN_HEARTBEAT
+    sys.argv = ["flower-superlink", *flower_args]
+    flower_superlink()
+
+
+# ----- replies whose sender died while uploading them -----------------------------------------
+SENDER_CHECK_SECONDS = 1.0  # the longest wait between tries of an object still uploading
+
+_reply_senders: dict[str, int] = {}  # reply message id -> its sender, until its objects are pulled
+_sender_online: list[Callable[[int], bool]] = []  # the check in use (set once installed)
+
+
+def _reply_pull_problems() -> list[str]:
+    problems = []
+    if not hasattr(RuntimeHttpClient, "PullMessages"):
+        problems.append("RuntimeHttpClient has no PullMessages")
+    pull = inspect.getsource(flwr_http_grid.HttpGrid.pull_messages)
+    if "res.messages_list" not in pull or "pull_objects(" not in pull:
+        problems.append("HttpGrid.pull_messages no longer pulls a reply's objects by pull_objects")
+    if "backoff_cap" not in inspect.signature(flwr_pull_objects).parameters:
+        problems.append("pull_objects no longer takes backoff_cap")
+    return problems
+
+
+def abandon_replies_of_dead_senders(is_online: Callable[[int], bool]) -> None:
+    """Make this process's Grid give up on a reply whose sender went offline mid-upload.
+
+    A SuperNode registers its reply, then uploads the reply's objects. The SuperLink hands the
+    reply out at once and Flower's Grid waits for its objects until the push session expires
+    (180 s), holding every other reply of the same pull. Here, between tries (at most
+    SENDER_CHECK_SECONDS apart), the Grid asks `is_online(sender)` and, once it is not, gives
+    the reply up as an error naming the sender. Calling again replaces the check.
+    """
+    installed = bool(_sender_online)
+    _sender_online[:] = [is_online]
+    if installed:
+        return
+    pull_messages = RuntimeHttpClient.PullMessages
+    pull_objects = flwr_http_grid.pull_objects
+
+    def pull_and_note_senders(self: RuntimeHttpClient, request: object) -> object:
+        response = pull_messages(self, request)
+        for message in response.messages_list:
+            _reply_senders[message.metadata.message_id] = message.metadata.src_node_id
+        return response
+
+    def pull_or_give_up(
+        object_ids: list[str], pull_object_fn: Callable[[str], bytes], **kwargs: object
+    ) -> dict[str, bytes]:
+        sender = _reply_senders.pop(object_ids[-1], None) if object_ids else None  # root last
+        if sender is None:
+            return pull_objects(object_ids, pull_object_fn, **kwargs)
+
+        def pull_one(object_id: str) -> bytes:
+            try:
+                return pull_object_fn(object_id)
+            except ObjectUnavailableError:
+                if not _sender_online[0](sender):
+                    reason = f"its sender, node {sender}, went offline before uploading it"
+                    raise ObjectPullError(object_id, reason) from None
+                raise
+
+        kwargs["backoff_cap"] = SENDER_CHECK_SECONDS
+        return pull_objects(object_ids, pull_one, **kwargs)
+
+    RuntimeHttpClient.PullMessages = pull_and_note_senders  # type: ignore[method-assign]
+    flwr_http_grid.pull_objects = pull_or_give_up
 
 
 # ----- the launcher process -------------------------------------------------------------------

@@ -10,7 +10,9 @@ round. Poll quickly at first and back off, but never to more than what pulling c
 the wait is capped at PULL_COST_FACTOR times the mean time of a pull, between
 FIRST_POLL_SECONDS and POLL_SECONDS. In simulation a pull is an in-process call (well under
 a millisecond), so the last reply is noticed within ~10 ms; over the SuperLink's API a pull
-takes milliseconds and the cap settles near 0.2 s, keeping the polling's CPU small.
+takes milliseconds and the cap settles near 0.2 s, keeping the polling's CPU small. A reply
+whose sender dies while uploading it becomes an error once the sender is offline
+(`flwr_hooks.abandon_replies_of_dead_senders`), instead of holding the pull for minutes.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def _push_and_pull(
     grid: Grid, messages: list[Message], timeout: float, max_reply_bytes: int | None
 ) -> tuple[list[Message], int]:
     """The replies and their bytes; each is counted and unpacked as it arrives, not at the end."""
+    flwr_hooks.abandon_replies_of_dead_senders(lambda node: node in set(grid.get_node_ids()))
     ids = list(grid.push_messages(messages))
     sent_to = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
     pending = set(ids)

@@ -16,6 +16,11 @@ from fl_system.launch.client_state import discard_finished
 from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
 from fl_system.launch.submit import Connection, submit_and_follow
 from fl_system.run_dir import RunPaths
+from fl_system.supernode.node import HEARTBEAT_ENV
+
+# A SuperNode promises a heartbeat every NODE_HEARTBEAT s; one killed is reported unavailable
+# (its round goes on without it) 2 x NODE_HEARTBEAT s after its last (Flower's default: 60 s).
+NODE_HEARTBEAT = 2.0
 
 
 class LocalRuntime:
@@ -31,7 +36,13 @@ class LocalRuntime:
     def run(self, cfg: DictConfig, paths: RunPaths) -> None:
         procs = ProcessGroup()
         flwr_home = Path(tempfile.mkdtemp(prefix="fl-system-flwr-"))
-        env = tool_env({"FLWR_HOME": str(flwr_home), THREADS_ENV: str(self.torch_threads)})
+        env = tool_env(
+            {
+                "FLWR_HOME": str(flwr_home),
+                THREADS_ENV: str(self.torch_threads),
+                HEARTBEAT_ENV: str(NODE_HEARTBEAT),
+            }
+        )
         try:
             control = self._start(procs, cfg, paths, env)
             conn = Connection(f"{self.host}:{control}", insecure=True)
@@ -49,7 +60,7 @@ class LocalRuntime:
         procs.start(
             "superlink",
             [
-                "flower-superlink",
+                "fl-superlink",
                 "--insecure",
                 "--fleet-api-address",
                 f"{h}:{fleet}",

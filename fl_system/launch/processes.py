@@ -1,9 +1,10 @@
 """Child processes that are always cleaned up: own process group, SIGINT first, then SIGKILL.
 
 A process started with `restart=True` (a SuperNode: a federation outlives its members) that
-exits is started again by `restart_exited`, with the same command and log. A restarted one
-that exits again within RESTART_GRACE seconds is failing, not killed: it stays dead and
-`first_dead` reports it. What a process leaves behind when it is killed (children in
+exits is started again by `restart_exited`, with the same command and log. One killed by a
+signal is always started again (machines die as often as they like); a restarted one that
+exits by itself within RESTART_GRACE seconds is failing: it stays dead and `first_dead`
+reports it. What a process leaves behind when it is killed (children in
 sessions of their own) is remembered while it lives (`watch`) and ended with it.
 """
 
@@ -130,16 +131,17 @@ class ProcessGroup:
 
     def restart_exited(self) -> list[tuple[str, int]]:
         """Start again each restartable process that has exited, after ending what it left
-        behind; (name, exit code) of each. A restarted process that exited within
-        RESTART_GRACE seconds is left dead."""
+        behind; (name, exit code) of each. A restarted process that exited by itself (not
+        by a signal) within RESTART_GRACE seconds is left dead."""
         restarted = []
         for name, proc in list(self.procs):
             launch = self._launches.get(proc.pid)
             code = proc.poll()
             if launch is None or code is None:
                 continue
-            if launch.restarts and time.monotonic() - launch.started < RESTART_GRACE:
-                continue  # failing: first_dead reports it
+            failing = code >= 0 and time.monotonic() - launch.started < RESTART_GRACE
+            if launch.restarts and failing:
+                continue  # first_dead reports it
             self.drain(proc, timeout=2.0)
             self._end_leftovers(proc.pid)
             self.procs.remove((name, proc))

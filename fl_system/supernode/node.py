@@ -4,7 +4,9 @@ Takes `flower-supernode`'s arguments and runs Flower's SuperNode in this process
 `--isolation process`, next to our ClientApp launcher (a child process that pre-imports torch
 and forks one child per message). The SuperNode wakes the launcher through a pipe when a
 message arrives, and pulls the SuperLink by a `PollSchedule` (FL_NODE_POLL_ACTIVE,
-FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s. If the
+FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s. It
+promises a heartbeat every FL_NODE_HEARTBEAT seconds (unset: Flower's 30; below 10 needs
+fl-superlink). If the
 launcher dies, the node logs why and stops (exit 1), so the SuperLink answers the server with
 "node unavailable" instead of the round waiting forever.
 """
@@ -20,9 +22,10 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from fl_system.supernode.polling import PollSchedule
+from fl_system.supernode.polling import PollSchedule, env_seconds
 
 LAUNCHER_DIED = 1
+HEARTBEAT_ENV = "FL_NODE_HEARTBEAT"
 
 
 def say(text: str) -> None:
@@ -98,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         flwr_hooks.check()
         schedule = PollSchedule.from_env()
+        if (heartbeat := env_seconds(HEARTBEAT_ENV)) is not None:
+            flwr_hooks.set_node_heartbeat(heartbeat)
         address = runtime_api_address(flower_args)
     except (ValueError, RuntimeError) as err:
         say(f"error: {err}")

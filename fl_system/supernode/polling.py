@@ -9,6 +9,7 @@ interval once nothing has arrived for a while.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 ACTIVE_ENV = "FL_NODE_POLL_ACTIVE"
@@ -58,12 +59,16 @@ class PollSchedule:
         env = os.environ if env is None else env
         names = {"active": ACTIVE_ENV, "idle": IDLE_ENV, "active_window": WINDOW_ENV}
         names["reply"] = REPLY_ENV
-        values: dict[str, float] = {}
-        for field, var in names.items():
-            if env.get(var):
-                try:
-                    values[field] = float(env[var])
-                except ValueError:
-                    msg = f"{var} must be a number of seconds, got {env[var]!r}"
-                    raise ValueError(msg) from None
-        return cls(**values)
+        values = {field: env_seconds(var, env) for field, var in names.items()}
+        return cls(**{field: value for field, value in values.items() if value is not None})
+
+
+def env_seconds(var: str, env: Mapping[str, str] | None = None) -> float | None:
+    """The number of seconds environment variable `var` holds; None when unset or empty."""
+    text = (os.environ if env is None else env).get(var)
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{var} must be a number of seconds, got {text!r}") from None

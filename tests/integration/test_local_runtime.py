@@ -9,16 +9,25 @@ federation in test_algorithms_grpc.py.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from fl_system.checkpoint import load_checkpoint
 from fl_system.codecs import kept_count, packed_size, position_width
-from fl_system.launch.processes import alive
+from fl_system.launch.processes import alive, descendants
 from fl_system.results import MetricsLog
-from tests.integration.conftest import QUICK, check_two_round_run, interrupt_when, run_cli
+from tests.integration.conftest import (
+    FL_RUN,
+    QUICK,
+    check_two_round_run,
+    interrupt_when,
+    run_cli,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +138,64 @@ def test_taco_expels_an_echoing_freeloader_and_carries_on(
     assert [(e["partition"], e["round"]) for e in summary["expelled"]] == [(3, 3)]
     server_log = (run_dir / "logs" / "serverapp.log").read_text()
     assert "partition 3 expelled as a freeloader" in server_log
+
+
+def _supernode_of(partition: int, pids: set[int]) -> int | None:
+    """The pid of the fl-supernode serving `partition` among `pids`."""
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"fl-supernode") for a in argv[:2]) and any(
+            a.startswith(f"partition-id={partition} ".encode()) for a in argv
+        ):
+            return pid
+    return None
+
+
+def test_a_supernode_killed_mid_round_is_restarted_and_the_run_goes_on(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SCAFFOLD on three SuperNodes; partition 0's is SIGKILLed while it trains round 2. The
+    SuperLink notices the dead node by its heartbeat within seconds, so round 2 ends without
+    it long before round_timeout; fl-run starts the node again (same partition, state dir and
+    log), it trains again from its saved c_i, the run completes and leaves no process."""
+    run_dir, log0 = tmp_path / "run", tmp_path / "run" / "logs" / "supernode-0.log"
+    env = {**cli_env, "FL_STATE_DIR": str(tmp_path / "state")}
+    args = [*QUICK, "num_clients=3", "algorithm=scaffold", "num_rounds=8", "round_timeout=120"]
+    proc = subprocess.Popen(
+        [FL_RUN, *args, f"hydra.run.dir={run_dir}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while not (log0.exists() and log0.read_text().count("Receiving: train message") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "round 2 never reached"
+            time.sleep(0.01)
+        seen |= descendants(proc.pid)
+        node = _supernode_of(0, seen)
+        assert node is not None
+        os.kill(node, signal.SIGKILL)
+        while proc.poll() is None:
+            seen |= descendants(proc.pid)
+            assert time.monotonic() < deadline + 120, "the run did not end"
+            time.sleep(0.5)
+        output = proc.stdout.read() if proc.stdout else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert "supernode 0 exited with code -9; started again" in output
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [r["round"] for r in rows] == [str(r) for r in range(1, 9)]
+    assert int(rows[1]["failures"]) >= 1 and not float(rows[1]["weight_0"] or 0)
+    round_2 = float(rows[1]["wall_seconds"]) - float(rows[0]["wall_seconds"])
+    assert round_2 < 30, f"round 2 waited {round_2:.1f} s for the dead node"
+    assert any(float(r["weight_0"] or 0) > 0 for r in rows[2:]), "partition 0 never came back"
+    assert "restored client state 'scaffold-c-i'" in log0.read_text()
+    assert [pid for pid in seen if alive(pid)] == []

@@ -293,3 +293,60 @@ def test_wire_bytes_is_the_sum_over_messages_sharing_a_model() -> None:
     assert flwr_hooks.wire_bytes(messages) == sum(expected)
     assert [flwr_hooks.wire_bytes([m]) for m in messages] == expected
     assert flwr_hooks.wire_bytes([]) == 0
+
+
+def _pulled(message_id: str, sender: int) -> types.SimpleNamespace:
+    """A PullMessages response holding one reply's metadata."""
+    metadata = types.SimpleNamespace(message_id=message_id, src_node_id=sender)
+    return types.SimpleNamespace(messages_list=[types.SimpleNamespace(metadata=metadata)])
+
+
+def test_a_reply_whose_sender_died_mid_upload_is_given_up_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Grid's pull of a reply's objects stops once its sender is offline (Flower waits for
+    the 180 s push session), and goes on waiting while the sender lives."""
+    import flwr.superlink.grid.http_grid as flwr_http_grid
+    from flwr.supercore.inflatable.inflatable_utils import (
+        ObjectPullError,
+        ObjectUnavailableError,
+    )
+
+    monkeypatch.setattr(flwr_hooks, "_sender_online", [])  # installs afresh, undone after
+    monkeypatch.setattr(flwr_hooks, "_reply_senders", {})
+    replies = {"dead-root": 7, "live-root": 8}
+    monkeypatch.setattr(
+        RuntimeHttpClient, "PullMessages", lambda self, request: _pulled(request, replies[request])
+    )
+    monkeypatch.setattr(flwr_http_grid, "pull_objects", flwr_http_grid.pull_objects)
+    online = {8}
+    asked: list[int] = []
+
+    def is_online(node: int) -> bool:
+        asked.append(node)
+        return node in online
+
+    flwr_hooks.abandon_replies_of_dead_senders(is_online)
+
+    def never_uploaded(object_id: str) -> bytes:
+        raise ObjectUnavailableError(object_id)
+
+    RuntimeHttpClient.PullMessages(None, "dead-root")
+    start = time.monotonic()
+    with pytest.raises(ObjectPullError, match="its sender, node 7, went offline"):
+        flwr_http_grid.pull_objects(object_ids=["a", "dead-root"], pull_object_fn=never_uploaded)
+    assert time.monotonic() - start < 5 and 7 in asked
+
+    tries: dict[str, int] = {}
+
+    def uploaded_on_the_third_try(object_id: str) -> bytes:
+        tries[object_id] = tries.get(object_id, 0) + 1
+        if tries[object_id] < 3:
+            raise ObjectUnavailableError(object_id)
+        return object_id.encode()
+
+    RuntimeHttpClient.PullMessages(None, "live-root")
+    got = flwr_http_grid.pull_objects(
+        object_ids=["b", "live-root"], pull_object_fn=uploaded_on_the_third_try
+    )
+    assert got == {"b": b"b", "live-root": b"live-root"} and 8 in asked

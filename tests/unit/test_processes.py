@@ -71,9 +71,16 @@ def test_a_killed_restartable_process_is_started_again_and_its_leftovers_ended(
         ((name, second),) = procs.procs
         assert name == "node 0" and second.pid != first.pid and second.poll() is None
         assert procs.restart_exited() == []
+        # Killed again at once (within the grace): a kill is not a failure, so again.
+        _wait_for(lambda: "child" in log.read_text().split("started")[-1])
+        os.kill(second.pid, signal.SIGKILL)
+        second.wait(timeout=10)
+        assert procs.restart_exited() == [("node 0", -signal.SIGKILL)]
+        ((_, third),) = procs.procs
+        assert third.pid != second.pid and third.poll() is None
     finally:
         procs.stop()
-    assert not alive(second.pid)
+    assert not alive(third.pid)
 
 
 def test_a_restarted_process_that_fails_at_once_stays_dead(tmp_path: Path) -> None:
