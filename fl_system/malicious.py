@@ -8,6 +8,8 @@ partitions train as usual, then tamper with what they send, so that the server's
     missing   the last layer left out
     huge      the model as trained, but a claim of HUGE_EXAMPLES examples
     scaled    the update multiplied: w_t + scale (w - w_t)
+    oversized the model as trained and a PADDING layer of 5x the model's values + 2 MiB,
+              beyond the server's reply size limit (aggregation.max_reply_ratio)
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-KINDS = ("nan", "inf", "shape", "dtype", "missing", "huge", "scaled")
+KINDS = ("nan", "inf", "shape", "dtype", "missing", "huge", "scaled", "oversized")
 HUGE_EXAMPLES = 10**12
+PADDING = "padding"  # the extra layer of an oversized reply
+PADDING_FACTOR, PADDING_EXTRA = 5, 2**19  # its float32 values: 5 x the model's + 2 MiB
 
 
 def tamper(
@@ -45,6 +49,9 @@ def tamper(
         out.pop(next(reversed(out)))
     elif kind == "huge":
         num_examples = HUGE_EXAMPLES
+    elif kind == "oversized":
+        size = PADDING_FACTOR * sum(w.size for w in model.values()) + PADDING_EXTRA
+        out[PADDING] = np.random.default_rng(0).standard_normal(size, dtype=np.float32)
     elif kind == "scaled":
         for name in floating:
             start = received[name].astype(np.float64)

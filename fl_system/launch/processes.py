@@ -158,11 +158,15 @@ class ProcessGroup:
         return restarted
 
     def watch(self) -> None:
-        """Remember the restartable processes' descendants, to end them if their parent is
-        killed (a SIGKILLed SuperNode's ClientApp lives on in its own session)."""
+        """Remember every process's descendants, to end them if their parent is killed (a
+        SIGKILLed SuperNode's ClientApp, or a SIGKILLed SuperLink's ServerApp, lives on in a
+        session of its own, no longer a descendant of anything here)."""
         parents = _parents()
-        for pid in self._launches:
+        for _, proc in self.procs:
+            pid = proc.pid
             seen = self._seen.setdefault(pid, {})
+            for gone in [child for child in seen if child not in parents]:
+                del seen[gone]  # ended (a ClientApp per message): no longer to remember
             for child in _descendants_in(parents, pid):
                 started = _start_time(child)
                 if started is not None:

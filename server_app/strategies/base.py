@@ -111,8 +111,10 @@ class FederatedStrategy:
             else:
                 failures.append(ClientFailure(reply.node_id, problem))
         for failure in failures:
+            partition = plan.nodes.get(failure.node_id)
+            held = "" if partition is None else f" (partition {partition})"
             log.warning(
-                "round %d: node %d dropped: %s", plan.round, failure.node_id, failure.reason
+                "round %d: node %d%s dropped: %s", plan.round, failure.node_id, held, failure.reason
             )
         failures = [*plan.failures, *failures]
         if not ok:

@@ -255,7 +255,9 @@ def test_a_raising_clientapp_fails_its_round_at_once(
     node_id = re.search(r"SuperNode ID: (\d+)", (tmp_path / "supernode-1.log").read_text())
     assert node_id is not None
     server_log = (run_dir / "logs" / "serverapp.log").read_text()
-    dropped = re.findall(rf"round (\d): node {node_id.group(1)} dropped: (.*)", server_log)
+    dropped = re.findall(
+        rf"round (\d): node {node_id.group(1)} \(partition \d+\) dropped: (.*)", server_log
+    )
     assert [r for r, _ in dropped] == ["1", "2"], server_log[-3000:]
     assert all("DataError" in why and str(bad / TRAIN_FILE) in why for _, why in dropped)
     time.sleep(1)

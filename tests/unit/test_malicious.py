@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.malicious import HUGE_EXAMPLES, tamper
+from fl_system.malicious import HUGE_EXAMPLES, PADDING, tamper
 
 F = np.float32
 
@@ -42,6 +42,16 @@ def test_scaled_multiplies_the_update() -> None:
     np.testing.assert_array_equal(out["w"], np.array([[100, 200], [300, 400]], F))
     np.testing.assert_allclose(out["b"], [0.25 + 100 * 0.25])
     assert out["n"].tolist() == 7  # not a float layer: as trained
+
+
+def test_oversized_pads_the_model_beyond_the_reply_limit() -> None:
+    trained, received = _model()
+    out, n = tamper("oversized", trained, received, 10, scale=1.0)
+    assert n == 10 and list(out) == ["w", "b", "n", PADDING]
+    np.testing.assert_array_equal(out["w"], trained["w"])
+    model_values = 4 + 1 + 1
+    assert out[PADDING].dtype == F and out[PADDING].size == 5 * model_values + 2**19
+    assert out[PADDING].nbytes > 4 * 4 * model_values + 2**20  # max_reply_ratio 4, + 1 MiB
 
 
 def test_an_unknown_kind_is_named() -> None:

@@ -97,3 +97,21 @@ def test_a_restarted_process_that_fails_at_once_stays_dead(tmp_path: Path) -> No
         assert dead is not None and dead[0] == "node 1" and dead[2] == 3
     finally:
         procs.stop()
+
+
+def test_what_a_killed_process_left_in_its_own_session_is_ended_at_stop(tmp_path: Path) -> None:
+    """A SIGKILLed SuperLink's ServerApp lives on in a session of its own, reparented away:
+    remembered by `watch` while its parent lived, it is ended with the group."""
+    log = tmp_path / "superlink.log"
+    procs = ProcessGroup()
+    try:
+        link = procs.start("superlink", [sys.executable, "-c", NODE], log, tool_env())
+        _wait_for(lambda: "child" in log.read_text())
+        procs.watch()
+        child = int(log.read_text().split("child ")[1].split()[0])
+        os.kill(link.pid, signal.SIGKILL)
+        link.wait(timeout=10)
+        assert alive(child)  # orphaned, not ended by its parent's death
+    finally:
+        procs.stop()
+    _wait_for(lambda: not alive(child))
