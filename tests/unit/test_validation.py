@@ -53,7 +53,7 @@ def test_defaults_are_valid() -> None:
         (
             "clients.malicious.kind=evil",
             "clients.malicious.kind must be one of nan, inf, shape, dtype, missing, huge, "
-            "scaled, got 'evil'",
+            "scaled, oversized, got 'evil'",
         ),
         ("clients.malicious.scale=0", "clients.malicious.scale must be a positive number, got 0"),
         (
