@@ -108,6 +108,11 @@ class Run:
             time.sleep(0.5)
         return left
 
+    def error_line(self) -> str:
+        """fl-run's last 'fl-run: error' line."""
+        text = self.output.read_text(errors="replace").splitlines()
+        return next((x.split("\r")[-1] for x in reversed(text) if "fl-run: error" in x), "")
+
     def tail(self, lines: int = 3) -> str:
         text = self.output.read_text(errors="replace").splitlines()
         return " / ".join(line.split("\r")[-1].strip() for line in text[-lines:])
@@ -274,7 +279,7 @@ SERVER_STATE = {  # algorithms with server state, and what each needs besides th
     "fednova": [],
     "fedgsnr": ["train.local_steps=5"],
     "efl": [],
-    "taco": ["train.local_steps=5"],
+    "taco": ["train.local_steps=5", "algorithm.lam=6"],  # lam T/5 = 1 expels all 3 at once
     "fedacg": [],
     "foolsgold": [],
     "stem": [],
@@ -300,7 +305,7 @@ def server_dying_local(work: Path, kill_round: int, rounds: int) -> dict:
     first_exit = run.wait()
     first_left = len(run.leftovers())
     saved = load_checkpoint(run.run_dir / "checkpoint.npz").round
-    message = run.tail(2)
+    message = run.error_line()
     again = Run(work / name, [*args, "resume=true"], env)
     code = again.wait()
     rows = again.rows()
@@ -359,10 +364,11 @@ def hostile(
     """Partition 1 of 4 sends a `kind` reply every round (None: an honest run). Without
     `screen` the norm screen is off, leaving a scaled update to the robust aggregation."""
     args = ["runtime=simulation", *DIGITS, "num_clients=4", f"num_rounds={rounds}", "seed=1"]
-    args += [f"aggregation.robust={robust}"] + ([] if screen else ["aggregation.norm_ratio=null"])
+    args += [f"aggregation.robust={robust.split()[0]}", *robust.split()[1:]]
+    args += [] if screen else ["aggregation.norm_ratio=null"]
     if kind is not None:
         args += ["clients.malicious.ids=[1]", f"clients.malicious.kind={kind}"]
-    name = f"hostile-{kind or 'honest'}-{robust}{'' if screen else '-unscreened'}"
+    name = f"hostile-{kind or 'honest'}-{robust.replace(' ', '-')}{'' if screen else '-unscreened'}"
     run = Run(work / name, args, env_for(work, name))
     code = run.wait()
     rows = run.rows()
@@ -650,12 +656,16 @@ def section_soak(result: dict | None, nodes: int, rounds: int) -> list[str]:
     for group, roles in sorted(groups.items()):
         growth = [last[r]["rss"] / first[r]["rss"] - 1 for r in roles]
         worst = roles[int(np.argmax(growth))]
+
+        def _peak(key: str, role: str = worst) -> int:
+            return max(sample[role][key] for sample in result["samples"] if role in sample)
+
         label = group if len(roles) == 1 else f"{group}s ({len(roles)}; the worst)"
         lines.append(
             f"| {label} | {mib(first[worst]['rss'])} → {mib(last[worst]['rss'])} "
             f"({100 * max(growth):+.1f} %; median {100 * statistics.median(growth):+.1f} %) | "
-            f"{first[worst]['fds']} → {last[worst]['fds']} | "
-            f"{first[worst]['threads']} → {last[worst]['threads']} |"
+            f"{first[worst]['fds']} → {last[worst]['fds']} (max {_peak('fds')}) | "
+            f"{first[worst]['threads']} → {last[worst]['threads']} (max {_peak('threads')}) |"
         )
     return lines
 
@@ -787,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
         results["robust"] = steps(
             "3 scaled, norm screen off",
             lambda rob: hostile(work, "scaled", rob, screen=False),
-            ["mean", "clip", "median", "trimmed_mean"],
+            ["mean", "clip", "median", "trimmed_mean", "trimmed_mean aggregation.robust.trim=0.25"],
         )
     if 4 in args.only:
         results["limits"] = steps("4", lambda kind: hostile(work, kind), ["oversized"])

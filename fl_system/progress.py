@@ -103,6 +103,10 @@ def follow_run(
         raise LaunchError(bar.log.failure)
     if bar.log.summary is not None and not paths.summary.exists():
         write_summary(paths.summary, bar.log.summary)  # the ServerApp ran on another machine
+    dead = procs.first_dead(restartable=False)
+    if not paths.summary.exists() and dead and dead[1] is not main:
+        # `flwr run` ends as soon as its SuperLink does: name the cause, not the symptom
+        raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {paths.logs}")
     if not paths.summary.exists():
         raise LaunchError(
             "the run ended without a summary; last lines of the server log:\n"

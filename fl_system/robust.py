@@ -18,6 +18,7 @@ layers (counters such as BatchNorm's num_batches_tracked) keep the first model's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +27,7 @@ from flwr.server.strategy.aggregate import aggregate_median, aggregate_trimmed_a
 from fl_system.aggregation import weighted_average
 
 Layers = Sequence[np.ndarray]
+log = logging.getLogger(__name__)
 
 
 def update_norm(model: Layers, reference: Layers) -> float:
@@ -106,10 +108,19 @@ class TrimmedMean:
         if isinstance(trim, bool) or not isinstance(trim, int | float) or not 0 <= trim < 0.5:
             raise ValueError(f"aggregation.robust.trim must be a number in [0, 0.5), got {trim!r}")
         self.trim = float(trim)
+        self._warned = False
 
     def combine(
         self, models: Sequence[Layers], references: Sequence[Layers], weights: np.ndarray
     ) -> list[np.ndarray]:
+        if int(self.trim * len(models)) == 0 and not self._warned:
+            self._warned = True
+            log.warning(
+                "aggregation.robust.trim=%g cuts nothing from %d replies (a value is cut at "
+                "each end once trim x replies >= 1): this round's trimmed mean is the plain mean",
+                self.trim,
+                len(models),
+            )
         return _float_layers(
             models, lambda ms: aggregate_trimmed_avg([(m, 1) for m in ms], self.trim)
         )

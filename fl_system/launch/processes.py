@@ -188,9 +188,12 @@ class ProcessGroup:
         if copier is not None:
             copier.join(timeout)
 
-    def first_dead(self) -> tuple[str, subprocess.Popen, int] | None:
-        """(name, process, exit code) of a process that has exited, if any."""
+    def first_dead(self, *, restartable: bool = True) -> tuple[str, subprocess.Popen, int] | None:
+        """(name, process, exit code) of a process that has exited, if any (of those not
+        started with `restart=True` only, when `restartable` is False)."""
         for name, proc in self.procs:
+            if not restartable and proc.pid in self._launches:
+                continue
             code = proc.poll()
             if code is not None:
                 self.drain(proc, timeout=2.0)

@@ -58,6 +58,24 @@ def test_median_and_trimmed_mean_per_coordinate() -> None:
     )
 
 
+def test_a_trim_that_cuts_nothing_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    """trim 0.1 of 4 replies cuts no value: the trimmed mean is then the plain mean, which a
+    scaled-up update moves as far as it likes; the log says so, once."""
+    models = _models([1, 2], [3, 4], [5, 6], [1000, 1000])
+    refs = _models(*[[0, 0]] * 4)
+    rule = TrimmedMean(trim=0.1)
+    with caplog.at_level("WARNING", logger="fl_system.robust"):
+        got = rule.combine(models, refs, np.full(4, 0.25))
+        rule.combine(models, refs, np.full(4, 0.25))
+    np.testing.assert_allclose(got[0], [1009 / 4, 1012 / 4])
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        "aggregation.robust.trim=0.1 cuts nothing from 4 replies (a value is cut at each end "
+        "once trim x replies >= 1): this round's trimmed mean is the plain mean"
+    ]
+    assert TrimmedMean(trim=0.25).combine(models, refs, np.full(4, 0.25))[0].tolist() == [4, 5]
+
+
 def test_integer_layers_keep_the_first_models_value() -> None:
     models = [
         [np.array([1.0], F), np.array([5], np.int64)],
