@@ -94,7 +94,7 @@ def follow_run(
                 )
             dead = procs.first_dead()
             if dead and dead[1] is not main:
-                raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {paths.logs}")
+                raise _exited(dead, paths)
             time.sleep(poll)
         procs.drain(main)
     finally:
@@ -106,12 +106,17 @@ def follow_run(
     dead = procs.first_dead(restartable=False)
     if not paths.summary.exists() and dead and dead[1] is not main:
         # `flwr run` ends as soon as its SuperLink does: name the cause, not the symptom
-        raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {paths.logs}")
+        raise _exited(dead, paths)
     if not paths.summary.exists():
         raise LaunchError(
             "the run ended without a summary; last lines of the server log:\n"
             + log_tail(paths.logs / "serverapp.log")
         )
+
+
+def _exited(dead: tuple[str, subprocess.Popen, int], paths: RunPaths) -> LaunchError:
+    name, _, code = dead
+    return LaunchError(f"{name} exited with code {code}; see {paths.logs}")
 
 
 def log_tail(path, lines: int = 15) -> str:

@@ -6,9 +6,8 @@ and forks one child per message). The SuperNode wakes the launcher through a pip
 message arrives, and pulls the SuperLink by a `PollSchedule` (FL_NODE_POLL_ACTIVE,
 FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s. It
 promises a heartbeat every FL_NODE_HEARTBEAT seconds (unset: Flower's 30; below 10 needs
-fl-superlink). If the
-launcher dies, the node logs why and stops (exit 1), so the SuperLink answers the server with
-"node unavailable" instead of the round waiting forever.
+fl-superlink). If the launcher dies, the node logs why and stops (exit 1), so the SuperLink
+answers the server with "node unavailable" instead of the round waiting forever.
 """
 
 from __future__ import annotations
