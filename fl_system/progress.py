@@ -5,13 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from omegaconf import DictConfig
 from tqdm import tqdm
 
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup
-from fl_system.results import write_summary
+from fl_system.results import MetricsLog, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.run_log import RunLog
 
@@ -116,7 +117,29 @@ def follow_run(
 
 def _exited(dead: tuple[str, subprocess.Popen, int], paths: RunPaths) -> LaunchError:
     name, _, code = dead
-    return LaunchError(f"{name} exited with code {code}; see {paths.logs}")
+    message = f"{name} exited with code {code}; see {paths.logs}"
+    saved = saved_rounds(paths)
+    if saved:  # a dead SuperLink loses nothing it checkpointed: say how to go on
+        message += f"; {resume_hint(saved, paths.root)}"
+    return LaunchError(message)
+
+
+def saved_rounds(paths: RunPaths) -> int | None:
+    """The last round the run directory holds (its checkpoint is written with its row)."""
+    rows = MetricsLog(paths.metrics).rows()
+    return int(float(rows[-1]["round"])) if rows else None
+
+
+def resume_hint(saved: int | None, run_dir: Path) -> str:
+    """What a run that ended early kept, and the command that continues it."""
+    kept = (
+        f"rounds up to {saved} are saved"
+        if saved
+        else "its run directory keeps the rounds it finished"
+    )
+    return (
+        f"{kept}. Continue it with fl-run <the same overrides> resume=true hydra.run.dir={run_dir}"
+    )
 
 
 def log_tail(path, lines: int = 15) -> str:

@@ -16,8 +16,7 @@ from fl_system import protocol
 from fl_system.experiment import config_to_json
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup
-from fl_system.progress import follow_run
-from fl_system.results import MetricsLog
+from fl_system.progress import follow_run, resume_hint, saved_rounds
 from fl_system.run_dir import RunPaths
 
 CONNECTION = "fl-system"
@@ -97,14 +96,8 @@ def stopped_message(run_id: int, status: str, saved: int | None, run_dir: Path) 
     """What to tell the user when Flower says the run ended stopped (None otherwise)."""
     if status.rsplit(":", 1)[-1] != "stopped":
         return None
-    kept = (
-        f"rounds up to {saved} are saved"
-        if saved
-        else "its run directory keeps the rounds it finished"
-    )
     return (
-        f"Flower run {run_id} was stopped from outside (flwr stop); {kept}. Continue it with "
-        f"fl-run <the same overrides> resume=true hydra.run.dir={run_dir}"
+        f"Flower run {run_id} was stopped from outside (flwr stop); {resume_hint(saved, run_dir)}"
     )
 
 
@@ -128,13 +121,8 @@ def _stopped_from_outside(paths: RunPaths, env: dict[str, str]) -> str | None:
         return None
     if not runs:
         return None
-    saved = _saved_rounds(paths)
-    return stopped_message(run_id, str(runs[0].get("status", "")), saved, paths.root)
-
-
-def _saved_rounds(paths: RunPaths) -> int | None:
-    rows = MetricsLog(paths.metrics).rows()
-    return int(float(rows[-1]["round"])) if rows else None
+    status = str(runs[0].get("status", ""))
+    return stopped_message(run_id, status, saved_rounds(paths), paths.root)
 
 
 def _read(path: Path) -> str:

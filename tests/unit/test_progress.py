@@ -13,6 +13,7 @@ from fl_system import run_log
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup, tool_env
 from fl_system.progress import follow_run
+from fl_system.results import MetricsLog
 from fl_system.run_dir import RunPaths
 
 CFG = OmegaConf.create({"num_rounds": 2, "algorithm": {"name": "x"}, "dataset": {"name": "y"}})
@@ -59,3 +60,36 @@ def test_no_summary_and_no_failure_shows_the_log_tail(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="ended without a summary") as err:
         _follow(tmp_path, ["something else"])
     assert "something else" in str(err.value)
+
+
+def test_a_dead_superlink_is_named_with_the_saved_rounds_and_the_resume_command(
+    tmp_path: Path,
+) -> None:
+    """The SuperLink SIGKILLed after round 3: fl-run names it, not the symptom, and says how
+    to continue from the checkpoint."""
+    paths = RunPaths(tmp_path / "run")
+    for rnd in (1, 2, 3):
+        MetricsLog(paths.metrics).append({"round": rnd, "accuracy": 0.5})
+    procs = ProcessGroup()
+    try:
+        link = procs.start(
+            "superlink",
+            [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+            paths.logs / "superlink.log",
+            tool_env(),
+        )
+        link.wait(timeout=30)
+        main = procs.start(
+            "flwr run",
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            paths.logs / "serverapp.log",
+            tool_env(),
+        )
+        with pytest.raises(LaunchError) as err:
+            follow_run(CFG, paths, main, procs, poll=0.05)
+    finally:
+        procs.stop()
+    assert str(err.value) == (
+        f"superlink exited with code -9; see {paths.logs}; rounds up to 3 are saved. "
+        f"Continue it with fl-run <the same overrides> resume=true hydra.run.dir={paths.root}"
+    )
