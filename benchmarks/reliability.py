@@ -70,7 +70,7 @@ class Run:
 
     def __post_init__(self) -> None:
         self.run_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.output = self.run_dir.with_suffix(".out")
+        self.output = self.run_dir.parent / f"{self.run_dir.name}.out"
         with self.output.open("a") as out:
             self.proc = subprocess.Popen(
                 [FL_RUN, *self.args, f"hydra.run.dir={self.run_dir}"],
@@ -368,7 +368,8 @@ def hostile(
     args += [] if screen else ["aggregation.norm_ratio=null"]
     if kind is not None:
         args += ["clients.malicious.ids=[1]", f"clients.malicious.kind={kind}"]
-    name = f"hostile-{kind or 'honest'}-{robust.replace(' ', '-')}{'' if screen else '-unscreened'}"
+    robust_name = re.sub(r"[^A-Za-z0-9_]+", "-", robust.replace("aggregation.robust.", ""))
+    name = f"hostile-{kind or 'honest'}-{robust_name}{'' if screen else '-unscreened'}"
     run = Run(work / name, args, env_for(work, name))
     code = run.wait()
     rows = run.rows()

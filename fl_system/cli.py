@@ -17,7 +17,13 @@ from fl_system.checkpoint import CheckpointError
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError
-from fl_system.overrides import check_choices, check_keys, mounted_groups, rewrite
+from fl_system.overrides import (
+    check_choices,
+    check_keys,
+    check_syntax,
+    mounted_groups,
+    rewrite,
+)
 from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError
@@ -110,6 +116,7 @@ def main() -> None:
     # SIGINT the shell ignores (and Python then leaves ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        check_syntax(sys.argv[1:])
         check_choices(sys.argv[1:], CONF_DIR)
         sys.argv[1:] = rewrite(sys.argv[1:], mounted_groups(CONF_DIR), CONF_DIR)
         if not any(a.startswith("-") for a in sys.argv[1:]):  # one run: compose it here first

@@ -5,8 +5,9 @@ defaults list). Hydra's own syntax to choose its option is `codec@compression.up
 name users type is `compression.up=st`, so `fl-run` rewrites such overrides before Hydra sees
 them. `compression.up.q=0.05` (a value inside the chosen option) needs no rewrite.
 
-Hydra reports an unknown option or key with several lines and exit 1; `check_choices` and
-`check_keys` say the same in one line naming the key and what it can be (fl-run exits 2).
+Hydra reports an unreadable override, an unknown option or key with several lines (or a
+traceback) and exit 1; `check_syntax`, `check_choices` and `check_keys` say the same in one
+line naming the override and what it can be (fl-run exits 2).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra.errors import ConfigCompositionException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 
 
@@ -65,6 +67,23 @@ def chosen_groups(conf_dir: Path) -> dict[str, str | None]:
 
 def options(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+
+
+def check_syntax(overrides: Sequence[str]) -> None:
+    """Every `key=value` reads in Hydra's override grammar; else ValueError naming it and how
+    to quote a value that holds '=' or spaces (a path like `hydra.run.dir=out/lr=0.1`)."""
+    parser = OverridesParser.create()
+    for override in overrides:
+        if override.startswith("-"):  # Hydra's own flags (--multirun, -m, --cfg job)
+            continue
+        try:
+            parser.parse_override(override)
+        except HydraException as err:
+            key = override.partition("=")[0]
+            raise ValueError(
+                f"{override}: Hydra cannot read this override ({str(err).splitlines()[0]}); "
+                f"quote a value that holds '=', spaces or brackets: \"{key}='...'\""
+            ) from None
 
 
 def check_choices(overrides: Sequence[str], conf_dir: Path) -> None:

@@ -7,7 +7,13 @@ from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
 from fl_system.experiment import build_compression
-from fl_system.overrides import check_choices, check_keys, mounted_groups, rewrite
+from fl_system.overrides import (
+    check_choices,
+    check_keys,
+    check_syntax,
+    mounted_groups,
+    rewrite,
+)
 
 
 def test_mounted_groups_come_from_config_yaml() -> None:
@@ -52,6 +58,22 @@ def test_an_unknown_group_option_is_one_line_with_the_choices(overrides, message
     with pytest.raises(ValueError) as err:
         check_choices(overrides, CONF_DIR)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_an_unreadable_override_is_one_line_saying_how_to_quote() -> None:
+    with pytest.raises(ValueError) as err:
+        check_syntax(["num_rounds=3", "hydra.run.dir=out/lr=0.1"])
+    assert str(err.value) == (
+        "hydra.run.dir=out/lr=0.1: Hydra cannot read this override (mismatched input '=' "
+        "expecting <EOF>); quote a value that holds '=', spaces or brackets: "
+        "\"hydra.run.dir='...'\""
+    )
+
+
+def test_quoted_values_lists_sweeps_and_flags_read() -> None:
+    check_syntax(
+        ["hydra.run.dir='out/lr=0.1'", "clients.malicious.ids=[1]", "seed=1,2", "-m", "+x=1"]
+    )
 
 
 def test_known_options_and_sweeps_pass() -> None:
