@@ -12,7 +12,6 @@ and its bytes and seconds are counted under the exchange's label.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from server_app.compression import UpdateTally, expand_replies
 from server_app.downlink import Downlink
 from server_app.exchange import Traffic, exchange
 from server_app.nodes import NodeRegistry
-from server_app.rounds import ClientFailure, RoundPlan, RoundResult
+from server_app.rounds import RoundPlan, RoundResult, grouped_reasons
 from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
@@ -206,7 +205,7 @@ class RoundDriver:
                 return arrays, {"round": rnd, "participants": 0, **plan.metrics}, None
         result, tallies, timed_out, replies = self._exchanges(plan)
         if result.arrays is None or result.participants < (cfg.min_clients or 1):
-            reasons = _grouped(result.failures)
+            reasons = grouped_reasons(result.failures)
             raise RunFailed(
                 f"round {rnd}: {result.participants} usable replies of {len(chosen)} sent"
                 + (f", {timed_out} timed out" if timed_out else "")
@@ -372,24 +371,6 @@ class RoundDriver:
             f"{summary['rounds']} rounds, run directory {self.paths.root}"
         )
         return summary
-
-
-def _grouped(failures: list[ClientFailure]) -> str:
-    """Failures by reason, so ten clients failing alike read as one line: by partition when
-    the reason names one ("partition 3: ..."), else by node."""
-    who: dict[tuple[str, str], list[str]] = {}
-    for f in failures:
-        named = re.match(r"partition (\d+): (.*)", f.reason, flags=re.S)
-        kind, ident, reason = (
-            ("partition", named.group(1), named.group(2))
-            if named
-            else ("node", str(f.node_id), f.reason)
-        )
-        who.setdefault((kind, reason), []).append(ident)
-    return "; ".join(
-        f"{kind}{'s' if len(ids) > 1 else ''} {', '.join(ids)}: {reason}"
-        for (kind, reason), ids in who.items()
-    )
 
 
 def _plain(cfg: DictConfig) -> dict:

@@ -8,6 +8,7 @@ round, bytes and time per exchange label, metrics, evaluation, checkpoints.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 
@@ -22,6 +23,25 @@ class ClientFailure:
 
     node_id: int
     reason: str
+
+
+def grouped_reasons(failures: list[ClientFailure]) -> str:
+    """Failures by reason, so ten clients failing alike read as one line: by partition when
+    the reason names one ("partition 3: ..."), else by node; ids in order, whatever order the
+    replies came in."""
+    who: dict[tuple[str, str], list[int]] = {}
+    for f in failures:
+        named = re.match(r"partition (\d+): (.*)", f.reason, flags=re.S)
+        kind, ident, reason = (
+            ("partition", int(named.group(1)), named.group(2))
+            if named
+            else ("node", f.node_id, f.reason)
+        )
+        who.setdefault((kind, reason), []).append(ident)
+    return "; ".join(
+        f"{kind}{'s' if len(ids) > 1 else ''} {', '.join(map(str, sorted(ids)))}: {reason}"
+        for (kind, reason), ids in who.items()
+    )
 
 
 @dataclass(frozen=True)

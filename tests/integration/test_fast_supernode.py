@@ -81,6 +81,21 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
     return MetricsLog(path).rows() if path.exists() else []
 
 
+def _round_1_clientapps(launcher: int, run_dir: Path, timeout: float = 120) -> set[int]:
+    """Every child the launcher forked before round 1's row was written. Each look at the
+    children comes before the look at metrics.csv, so round 2's ClientApp (forked after the
+    row) is never among them, however soon it starts."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        children = _children(launcher)
+        if _rows(run_dir):
+            return seen
+        seen.update(children)
+        assert time.monotonic() < deadline, f"a first round: not within {timeout} s"
+        time.sleep(0.02)
+
+
 class Submitted:
     """`fl-run runtime=remote` in the background, its output in files."""
 
@@ -188,11 +203,10 @@ def test_a_hard_killed_clientapp_is_reported_and_reaped(
     # Slow local training, so that a ClientApp lives long enough to be hit.
     run = federation.submit(run_dir, "num_rounds=6", "round_timeout=20", "train.local_epochs=100")
     try:
-        _wait_for("a first round", lambda: _rows(run_dir), timeout=120)
-        old = set(_children(launcher))
+        round_1 = _round_1_clientapps(launcher, run_dir)
         child = _wait_for(
             "a round-2 ClientApp",
-            lambda: next((p for p in _children(launcher) if p not in old), None),
+            lambda: next((p for p in _children(launcher) if p not in round_1), None),
             timeout=30,
             poll=0.02,
         )
