@@ -657,16 +657,16 @@ def section_soak(result: dict | None, nodes: int, rounds: int) -> list[str]:
     for group, roles in sorted(groups.items()):
         growth = [last[r]["rss"] / first[r]["rss"] - 1 for r in roles]
         worst = roles[int(np.argmax(growth))]
-
-        def _peak(key: str, role: str = worst) -> int:
-            return max(sample[role][key] for sample in result["samples"] if role in sample)
-
+        peak = {
+            key: max(sample[worst][key] for sample in result["samples"] if worst in sample)
+            for key in ("fds", "threads")
+        }
         label = group if len(roles) == 1 else f"{group}s ({len(roles)}; the worst)"
         lines.append(
             f"| {label} | {mib(first[worst]['rss'])} → {mib(last[worst]['rss'])} "
             f"({100 * max(growth):+.1f} %; median {100 * statistics.median(growth):+.1f} %) | "
-            f"{first[worst]['fds']} → {last[worst]['fds']} (max {_peak('fds')}) | "
-            f"{first[worst]['threads']} → {last[worst]['threads']} (max {_peak('threads')}) |"
+            f"{first[worst]['fds']} → {last[worst]['fds']} (max {peak['fds']}) | "
+            f"{first[worst]['threads']} → {last[worst]['threads']} (max {peak['threads']}) |"
         )
     return lines
 

@@ -17,13 +17,7 @@ from fl_system.checkpoint import CheckpointError
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError
-from fl_system.overrides import (
-    check_choices,
-    check_keys,
-    check_syntax,
-    mounted_groups,
-    rewrite,
-)
+from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
 from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError

@@ -7,13 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
 from fl_system.experiment import build_compression
-from fl_system.overrides import (
-    check_choices,
-    check_keys,
-    check_syntax,
-    mounted_groups,
-    rewrite,
-)
+from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
 
 
 def test_mounted_groups_come_from_config_yaml() -> None:
