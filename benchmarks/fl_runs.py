@@ -8,7 +8,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +27,42 @@ def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra or {})
     return env
+
+
+@dataclass(frozen=True)
+class Code:
+    """Which code runs: this checkout's `fl-run`, or a worktree of an earlier commit."""
+
+    label: str
+    root: Path | None = None  # a worktree; None = this checkout
+
+    def command(self) -> list[str]:
+        return ["fl-run"] if self.root is None else [sys.executable, "-m", "fl_system.cli"]
+
+    def env(self, cache: Path) -> dict[str, str]:
+        extra = {"FL_CACHE_DIR": str(cache)}
+        if self.root is not None:
+            extra["PYTHONPATH"] = str(self.root)  # ahead of the editable install of ROOT
+        return tool_env(extra)
+
+
+def worktree(rev: str, prefix: str = "bench-before-") -> Path:
+    """A detached worktree of `rev` (removed by `remove_worktree`)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+def remove_worktree(path: Path) -> None:
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+        check=False,
+        capture_output=True,
+    )
 
 
 def output_tail(log: Path, lines: int = TAIL_LINES) -> str:

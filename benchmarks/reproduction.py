@@ -389,7 +389,7 @@ class StartState:
 
 def start_state(cfg: DictConfig) -> StartState:
     """Derived in-process exactly as the server and the clients derive it (same functions)."""
-    from server_app.driver import sample_partitions
+    from server_app.federation import sample_partitions
 
     data = load_dataset(cfg)
     parts = partition_indices(cfg, int(cfg.num_clients))
@@ -398,7 +398,8 @@ def start_state(cfg: DictConfig) -> StartState:
     weights = [v.detach().cpu().numpy() for v in model.state_dict().values()]
     everyone = list(range(int(cfg.num_clients)))
     sampled = [
-        np.array(sample_partitions(cfg, r, everyone)) for r in range(1, int(cfg.num_rounds) + 1)
+        np.array(sample_partitions(int(cfg.seed), cfg.clients_per_round, r, everyone))
+        for r in range(1, int(cfg.num_rounds) + 1)
     ]
     return StartState(
         sizes=[len(p) for p in parts],

@@ -30,7 +30,6 @@ import os
 import platform
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from fl_runs import ROOT, BenchmarkError, cpu_model, run_fl, tool_env
+from fl_runs import (
+    ROOT,
+    BenchmarkError,
+    Code,
+    cpu_model,
+    remove_worktree,
+    run_fl,
+    worktree,
+)
 from hydra import compose, initialize_config_dir
 from idle_federation import IdleCpu, idle_cpu
 from omegaconf import DictConfig, OmegaConf
@@ -116,23 +123,6 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 
 # ----- fl-run subprocesses ----------------------------------------------------------------
-@dataclass(frozen=True)
-class Code:
-    """Which code runs: this checkout's `fl-run`, or a worktree of an earlier commit."""
-
-    label: str
-    root: Path | None = None  # a worktree; None = this checkout
-
-    def command(self) -> list[str]:
-        return ["fl-run"] if self.root is None else [sys.executable, "-m", "fl_system.cli"]
-
-    def env(self, cache: Path) -> dict[str, str]:
-        extra = {"FL_CACHE_DIR": str(cache)}
-        if self.root is not None:
-            extra["PYTHONPATH"] = str(self.root)  # ahead of the editable install of ROOT
-        return tool_env(extra)
-
-
 def read_metrics(path: Path, rounds: int) -> list[dict[str, str]]:
     if not path.exists():
         raise BenchmarkError(f"{path} was not written")
@@ -193,25 +183,6 @@ def measure_fl_run(
         flush=True,
     )
     return result
-
-
-def worktree(rev: str) -> Path:
-    """A detached worktree of `rev` (removed by `remove_worktree`)."""
-    path = Path(tempfile.mkdtemp(prefix="round-overhead-before-"))
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev],
-        check=True,
-        capture_output=True,
-    )
-    return path
-
-
-def remove_worktree(path: Path) -> None:
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
-        check=False,
-        capture_output=True,
-    )
 
 
 # ----- plain PyTorch yardstick --------------------------------------------------------------
@@ -585,7 +556,7 @@ def measure(args: argparse.Namespace) -> Measured:
     )
     before_local = before_default = None
     if args.before:
-        tree = worktree(args.before)
+        tree = worktree(args.before, prefix="round-overhead-before-")
         try:
             old = Code(f"before ({args.before})", tree)
             before_local = measure_fl_run(

@@ -187,7 +187,7 @@ def ask(msg: Message, context: Context) -> Message:
     content[protocol.METRICS] = MetricRecord(
         {**identity, **content.metric_records.get(protocol.METRICS, {})}
     )
-    return Message(wire.pack(content), reply_to=msg)
+    return _reply(content, msg)
 
 
 @app.train()
@@ -215,7 +215,7 @@ def train(msg: Message, context: Context) -> Message:
         )
     for name, record in extras.items():
         content[name] = record
-    return Message(wire.pack(content), reply_to=msg)
+    return _reply(content, msg)
 
 
 def _train(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
@@ -310,7 +310,13 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
     metrics = MetricRecord(
         {protocol.PARTITION_ID: got.node.partition_id, **_scores(scored, len(y))}
     )
-    return Message(wire.pack(RecordDict({protocol.METRICS: metrics})), reply_to=msg)
+    return _reply(RecordDict({protocol.METRICS: metrics}), msg)
+
+
+def _reply(content: RecordDict, msg: Message) -> Message:
+    """The reply in the format the request came in: packed for fl_system's exchange, plain
+    for Flower's own loop and mods (`fl_system.wire`)."""
+    return Message(wire.pack(content) if wire.is_packed(msg.content) else content, reply_to=msg)
 
 
 def _scores(scored: tuple[float, float] | None, examples: int) -> dict[str, float | int]:

@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fl_system.checkpoint import CheckpointError
+from fl_system.compose import CONF_DIR, prepare
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError
@@ -22,7 +23,6 @@ from fl_system.preflight import preflight
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the project's conf/ (source tree)
 _STARTED = time.monotonic()  # fl-run's start: "in all" counts from here
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -41,9 +41,7 @@ def run_experiment(cfg: DictConfig) -> dict:
     paths = RunPaths(Path(HydraConfig.get().runtime.output_dir).resolve())
     with open_dict(cfg):
         cfg.run_dir = str(paths.root)
-        cfg.run_id = new_run_id()  # preflight puts the checkpoint's back when resuming
-        # Hydra reads `kind=nan` / `kind=inf` as floats; the setting names a kind
-        cfg.clients.malicious.kind = str(cfg.clients.malicious.kind)
+    prepare(cfg, new_run_id())  # preflight puts the checkpoint's run id back when resuming
     try:
         preflight(cfg, paths)
         runtime = build(cfg.runtime)

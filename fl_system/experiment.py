@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from flwr.app import ArrayRecord, MetricRecord
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -20,6 +22,8 @@ from torch import nn
 from fl_system.codecs import Dense
 from fl_system.compression import Compression
 from fl_system.data import DatasetArrays
+from fl_system.devices import resolve_device
+from fl_system.evaluation import evaluate
 from fl_system.robust import WeightedMean
 from fl_system.seeding import seed_everything
 from fl_system.validation import ConfigError
@@ -76,20 +80,30 @@ def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
 
 
 def build_strategy(cfg: DictConfig) -> Any:
-    """The algorithm's server half with the enabled add-ons' server halves plugged in, and
-    the aggregation.* guards (robust rule, screening ratios) set on it."""
-    addons = [build(node.server, label=f"algorithm.{key}") for key, node in enabled_addons(cfg)]
-    strategy = build(cfg.algorithm.strategy, label=cfg.algorithm.name, addons=addons)
+    """The algorithm's server half, bound to the experiment: it builds the enabled add-ons'
+    server halves and the aggregation.* guards (robust rule, screening ratios) from it."""
+    return build(cfg.algorithm.strategy, label=cfg.algorithm.name, experiment=config_to_json(cfg))
+
+
+def build_server_addons(cfg: DictConfig) -> list[Any]:
+    """The enabled add-ons' server halves."""
+    return [build(node.server, label=f"algorithm.{key}") for key, node in enabled_addons(cfg)]
+
+
+def build_aggregation(
+    cfg: DictConfig, *, rule_of_its_own: bool
+) -> tuple[WeightedMean, float | None, float | None]:
+    """aggregation.*: the robust rule and the norm and example-count screening ratios.
+
+    A robust rule other than the mean is refused for strategies that combine client models
+    by a rule of their own (`rule_of_its_own`)."""
     robust = build(cfg.aggregation.robust, label="aggregation.robust")
-    if not isinstance(robust, WeightedMean) and not strategy.robust_aggregation:
+    if not isinstance(robust, WeightedMean) and rule_of_its_own:
         raise ConfigError(
             f"aggregation.robust={robust.name} does not apply to algorithm={cfg.algorithm.name}, "
             "which combines client models by a rule of its own; use aggregation.robust=mean"
         )
-    strategy.robust = robust
-    strategy.norm_ratio = cfg.aggregation.norm_ratio
-    strategy.examples_ratio = cfg.aggregation.examples_ratio
-    return strategy
+    return robust, cfg.aggregation.norm_ratio, cfg.aggregation.examples_ratio
 
 
 def build_client_addons(cfg: DictConfig) -> list[Any]:
@@ -107,6 +121,18 @@ def build_compression(cfg: DictConfig, direction: str = "up") -> Compression | N
         raise ConfigError(f"compression.{direction}.error_feedback must be true or false")
     codec = build(OmegaConf.create(node), label=f"compression.{direction}")
     return None if isinstance(codec, Dense) else Compression(codec, feedback)
+
+
+Experiment = DictConfig | Mapping[str, Any] | str  # a composed config, as a dict or JSON
+
+
+def as_experiment(value: Experiment) -> DictConfig:
+    """A composed experiment config from any of its forms (read-only)."""
+    if isinstance(value, str):
+        return config_from_json(value)
+    if isinstance(value, DictConfig):
+        return value
+    return config_from_json(json.dumps(dict(value), sort_keys=True))
 
 
 def config_to_json(cfg: DictConfig) -> str:
@@ -162,3 +188,18 @@ def build_model(cfg: DictConfig) -> nn.Module:
     """The initial global model: identical on every process for the same seed."""
     seed_everything(int(cfg.seed))
     return build(cfg.model)
+
+
+def central_evaluation(cfg: DictConfig) -> Callable[[int, ArrayRecord], MetricRecord]:
+    """An `evaluate_fn` for Flower's `Strategy.start`: the global model's accuracy and loss on
+    the experiment's test split, on the server (fl_system's driver does the same each round)."""
+    data = load_dataset(cfg)
+    model = build_model(cfg)
+    device = resolve_device(cfg.server.device)
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        accuracy, loss = evaluate(model, data.x_test, data.y_test, device=device)
+        return MetricRecord({"test_accuracy": accuracy, "test_loss": loss})
+
+    return evaluate_fn

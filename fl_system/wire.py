@@ -42,6 +42,12 @@ def pack_each(contents: list[RecordDict]) -> list[RecordDict]:
     return packed_contents
 
 
+def is_packed(content: RecordDict) -> bool:
+    """Whether `content` holds a packed ArrayRecord (a reply goes back in the format the
+    request came in: Flower's own loop and its mods send and expect plain records)."""
+    return any(name.endswith(LAYOUT) for name in content.config_records)
+
+
 def unpack(content: RecordDict) -> RecordDict:
     """The inverse of `pack`: every packed ArrayRecord restored, layouts dropped."""
     layouts = {name for name in content.config_records if name.endswith(LAYOUT)}

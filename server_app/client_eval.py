@@ -17,18 +17,15 @@ best mean over rounds (BMTA, global and local) and the last one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system import protocol
 from fl_system.evaluation import client_accuracy_summary
-from server_app.exchange import Traffic
 
 log = logging.getLogger(__name__)
-
-Exchange = Callable[[list[Message], Mapping[int, int]], Traffic]
 
 
 class ClientEvaluation:
@@ -55,12 +52,11 @@ class ClientEvaluation:
         """The trainers' scores of their own models, from the round's replies."""
         return _columns("client_acc_local", _scores(replies))
 
-    def global_columns(
-        self, server_round: int, arrays: object, nodes: Mapping[int, int], send: Exchange
-    ) -> dict[str, float]:
-        """Send the global model to every node in `nodes` (node -> partition) and summarise
-        the scores that come back."""
-        messages = [
+    def messages(
+        self, server_round: int, arrays: ArrayRecord, nodes: Mapping[int, int]
+    ) -> list[Message]:
+        """The global model to every node in `nodes` (node -> partition), to score there."""
+        return [
             Message(
                 RecordDict(
                     {
@@ -73,21 +69,20 @@ class ClientEvaluation:
             )
             for node in sorted(nodes)
         ]
-        traffic = send(messages, nodes)
-        scores = _scores(traffic.replies)
-        if len(scores) < len(messages):
+
+    def global_columns(
+        self, server_round: int, replies: Sequence[Message], asked: int
+    ) -> dict[str, float]:
+        """The scores of the global model that came back from the `asked` clients."""
+        scores = _scores(replies)
+        if len(scores) < asked:
             log.warning(
                 "round %d: %d of %d clients returned a local evaluation of the global model",
                 server_round,
                 len(scores),
-                len(messages),
+                asked,
             )
-        return {
-            **_columns("client_acc_global", scores),
-            "client_eval_clients": len(scores),
-            "client_eval_bytes_down": traffic.bytes_down,
-            "client_eval_bytes_up": traffic.bytes_up,
-        }
+        return {**_columns("client_acc_global", scores), "client_eval_clients": len(scores)}
 
 
 def _scores(replies: Sequence[Message]) -> list[float]:

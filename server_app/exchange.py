@@ -17,18 +17,22 @@ whose sender dies while uploading it becomes an error once the sender is offline
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flwr.app import Error, Message, Metadata
+from flwr.app import ArrayRecord, Error, Message, Metadata
 from flwr.serverapp import Grid
 
 from fl_system import flwr_hooks, wire
 
+log = logging.getLogger(__name__)
+
 FIRST_POLL_SECONDS = 0.005
 POLL_SECONDS = 0.2  # the slowest polling interval
 PULL_COST_FACTOR = 50  # wait at most this many pulls' time: polling costs <= ~2% of a core
+REPLY_FRAMING_BYTES = 1 << 20  # a reply's metrics, extra records and Flower's framing
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,17 @@ def exchange(
     *,
     timeout: float,
     max_reply_bytes: int | None = None,
+    pack: bool = True,
 ) -> Traffic:
-    """Push `messages`; return the replies that arrived within `timeout` seconds."""
+    """Push `messages`; return the replies that arrived within `timeout` seconds.
+
+    `pack=False` sends plain records (what Flower's client mods, e.g. its differential
+    privacy clipping, require); clients answer in the format they were sent."""
     messages = list(messages)
     originals = [m.content for m in messages]
-    for message, packed in zip(messages, wire.pack_each(originals), strict=True):
-        message.content = packed
+    if pack:
+        for message, packed in zip(messages, wire.pack_each(originals), strict=True):
+            message.content = packed
     bytes_down = flwr_hooks.wire_bytes(messages)
     try:
         replies, bytes_up = _push_and_pull(grid, messages, timeout, max_reply_bytes)
@@ -136,3 +145,85 @@ def poll_wait(previous: float, pull_seconds: float) -> float:
     """The next wait: double the previous one, capped by what a pull costs."""
     cap = min(POLL_SECONDS, max(FIRST_POLL_SECONDS, PULL_COST_FACTOR * pull_seconds))
     return min(previous * 2, cap)
+
+
+@dataclass
+class Tally:
+    """What the exchanges of one label moved and took in a round."""
+
+    bytes_up: int = 0
+    bytes_down: int = 0
+    seconds: float = 0.0
+
+
+class Courier:
+    """Sends a round's exchanges under one deadline and keeps what each label moved.
+
+    A strategy sends the exchanges it runs before training (FedGSNR's statistics query)
+    through its courier; fl_system's driver sends the training exchange through the same one,
+    so a round's bytes, seconds and unanswered messages are counted in one place. Under
+    Flower's own `Strategy.start` the training exchange is Flower's, and only the others are
+    counted here.
+    """
+
+    def __init__(self, *, timeout: float, max_reply_ratio: float | None, pack: bool = True):
+        self.timeout = float(timeout)
+        self.max_reply_ratio = max_reply_ratio
+        self.pack = pack
+        self.round = 0
+        self.deadline: float | None = None
+        self.max_reply_bytes: int | None = None
+        self.tallies: dict[str, Tally] = {}
+        self.timed_out = 0
+
+    def begin_round(self, server_round: int, model: ArrayRecord) -> None:
+        """A new round: the deadline starts now; replies are limited relative to `model`."""
+        self.round = server_round
+        self.deadline = time.monotonic() + self.timeout
+        self.max_reply_bytes = reply_limit(model, self.max_reply_ratio)
+        self.tallies = {}
+        self.timed_out = 0
+
+    def send(
+        self,
+        grid: Grid,
+        messages: list[Message],
+        label: str,
+        *,
+        timeout: float | None = None,
+    ) -> Traffic:
+        """One exchange within what is left of the round's time (or `timeout` seconds)."""
+        if not messages:
+            return Traffic([], 0, 0)
+        start = time.monotonic()
+        if timeout is None:
+            timeout = self.timeout if self.deadline is None else self.deadline - start
+        traffic = exchange(
+            grid,
+            messages,
+            timeout=max(timeout, 0.0),
+            max_reply_bytes=self.max_reply_bytes,
+            pack=self.pack,
+        )
+        answered = {r.metadata.src_node_id for r in traffic.replies}
+        for m in messages:
+            if m.metadata.dst_node_id not in answered:
+                self.timed_out += 1
+                log.warning(
+                    "round %d: node %d did not answer the '%s' exchange in time",
+                    self.round,
+                    m.metadata.dst_node_id,
+                    label,
+                )
+        tally = self.tallies.setdefault(label, Tally())
+        tally.bytes_up += traffic.bytes_up
+        tally.bytes_down += traffic.bytes_down
+        tally.seconds += time.monotonic() - start
+        return traffic
+
+
+def reply_limit(model: ArrayRecord, ratio: float | None) -> int | None:
+    """aggregation.max_reply_ratio x the model's bytes, plus room for metrics and framing."""
+    if ratio is None:
+        return None
+    return int(ratio * sum(len(a.data) for a in model.values())) + REPLY_FRAMING_BYTES

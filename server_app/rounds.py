@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
 
+from server_app.compression import UpdateTally
+
 Scalar = bool | int | float | str
+
+
+class RunFailed(RuntimeError):
+    """The federation cannot make progress (no client replied usefully, all expelled)."""
 
 
 @dataclass(frozen=True)
@@ -93,3 +99,25 @@ def no_exchange(plan: RoundPlan) -> PlanSteps:
     """A step before training that sends nothing and leaves the plan as it is."""
     return plan
     yield  # unreachable: makes this function a generator
+
+
+@dataclass
+class RoundRecord:
+    """One round as a strategy ran it, for whoever drives the rounds (fl_system's driver
+    reads it after `aggregate_train`; Flower's loop needs only the returned model).
+
+    `arrays` is the new global model as clients hold it (None: no usable reply, or an idle
+    round), `scored` the model to evaluate for it, `replies` every reply of the round,
+    `updates` what compressed updates weighed, `broadcast` what a compressed broadcast of the
+    new model weighed. `idle`: nobody could work (stragglers), so no exchange ran at all.
+    """
+
+    plan: RoundPlan
+    chosen: int  # partitions chosen before stragglers and pre-training steps
+    result: RoundResult
+    arrays: ArrayRecord | None
+    scored: ArrayRecord | None
+    replies: list[Message]
+    updates: UpdateTally
+    broadcast: dict[str, int]
+    idle: bool = False

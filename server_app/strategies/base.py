@@ -1,30 +1,50 @@
-"""The base every fl_system strategy builds on.
+"""The base every fl_system strategy builds on: a Flower `Strategy`.
 
-A round is a sequence of exchanges the strategy drives (`server_app.rounds`). The default
-round is one training exchange, preceded by whatever the enabled add-ons need (FedGSNR's
-statistics query): one message per node with the node's own content, replies validated
-leniently (failed ones are set aside with a reason, not fatal), p_k from the add-on weighting
-if one is enabled, and a `RoundResult` returned to the driver. `state_dict()` is the
-strategy's part of a checkpoint.
+Flower's five methods are the whole interface: `configure_train` plans the round (the nodes,
+their partitions, sampling, stragglers), runs the exchanges the strategy needs before
+training (FedGSNR's statistics query) over the `Grid` it is given, and returns one training
+message per node, each with the node's own content; `aggregate_train` screens the replies
+leniently (failed ones are set aside with a reason, not fatal), weighs them with p_k (an
+add-on's weighting if one is enabled) and returns the new global model;
+`configure_evaluate`/`aggregate_evaluate` run per-client evaluation (`client_eval`), and
+`summary` logs what runs. So Flower's own `Strategy.start`, its differential-privacy wrappers
+and fl_system's driver all run the same rules through the same calls.
 
-Flower's built-in strategies send one identical message to every node and reject replies with
-more than one ArrayRecord, so fl_system strategies do not build on them.
+Inside, a round is a sequence of exchanges the strategy drives (`round(plan)`,
+`server_app.rounds`): the training exchange is the one `configure_train` hands back. What
+fl_system adds on top of Flower's strategies: the experiment a strategy is bound to (clients
+learn theirs at a handshake, so they need no config of their own), per-partition state that
+survives restarts (`state_dict`), lenient reply screening, add-ons that compose with any
+rule, and the round's record (`last_round`) that the driver writes to metrics.csv.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
 
 from fl_system import protocol
 from fl_system.aggregation import normalized
+from fl_system.experiment import Experiment, as_experiment, build_aggregation, build_server_addons
 from fl_system.robust import WeightedMean, update_norm
 from fl_system.screening import above_median
 from server_app.addons import ServerAddon
-from server_app.rounds import ClientFailure, Exchange, RoundPlan, RoundResult, RoundSteps
+from server_app.compression import UpdateTally
+from server_app.federation import Federation
+from server_app.rounds import (
+    ClientFailure,
+    Exchange,
+    RoundPlan,
+    RoundRecord,
+    RoundResult,
+    RoundSteps,
+)
 from server_app.strategies.replies import ClientReply, arrays_like, unpack_replies
 
 log = logging.getLogger(__name__)
@@ -32,12 +52,29 @@ log = logging.getLogger(__name__)
 StrategyState = dict[str, np.ndarray]
 
 
-class FederatedStrategy:
+@dataclass
+class _OpenRound:
+    """A round between `configure_train` and `aggregate_train`."""
+
+    plan: RoundPlan
+    chosen: int
+    grid: Grid
+    steps: RoundSteps | None = None  # the round's generator, paused at its training exchange
+    sent: list[Message] = field(default_factory=list)  # the training messages as built
+    result: RoundResult | None = None  # set when the round ended before training
+    replies: list[Message] = field(default_factory=list)
+    updates: UpdateTally = field(default_factory=UpdateTally)
+
+
+class FederatedStrategy(Strategy):
     """Per-node messages, add-ons, lenient reply validation, checkpointable state.
 
     Subclasses implement `aggregate`, and may override `node_content` (what one node
     receives), `base_weights`, `reject` and `round_metrics`, or `round` itself for rounds of
-    another shape.
+    another shape. `experiment` (a composed config: `fl_system.compose.compose_experiment`)
+    is what the clients learn at the handshake and where the add-ons and the aggregation
+    guards come from; without it the strategy aggregates (`round`, `finish_round`) but cannot
+    run rounds on a grid.
     """
 
     # Whether a client that did only part of its local steps (a straggler) still helps:
@@ -47,15 +84,161 @@ class FederatedStrategy:
     # rule, aggregation.robust, applies); False for rules of their own (FedNova, FedCat).
     robust_aggregation = True
 
-    def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
+    ) -> None:
+        cfg = as_experiment(experiment) if experiment is not None else None
+        if addons is None:
+            addons = build_server_addons(cfg) if cfg is not None else ()
         self.addons = list(addons)
-        # aggregation.*: set by `fl_system.experiment.build_strategy`
         self.robust = WeightedMean()
         self.norm_ratio: float | None = None
         self.examples_ratio: float | None = None
+        if cfg is not None:
+            self.robust, self.norm_ratio, self.examples_ratio = build_aggregation(
+                cfg, rule_of_its_own=not self.robust_aggregation
+            )
+        self.experiment = cfg
+        self.federation = Federation(cfg, on_join=self.on_handshake) if cfg is not None else None
+        self.last_round: RoundRecord | None = None
+        self._open: _OpenRound | None = None
+        self._evaluating: tuple[list[Message], int] = ([], 0)
         self._numpy_cache: tuple[ArrayRecord, list[np.ndarray]] | None = (
             None  # plan.arrays as numpy
         )
+
+    # ----- Flower's Strategy ---------------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """Plan the round, run the exchanges before training, return the training messages."""
+        fed = self._bound()
+        plan, chosen = fed.plan(
+            grid,
+            server_round,
+            arrays,
+            config,
+            excluded=self.excluded(),
+            choose=self.choose,
+            partial_work=self.partial_work,
+        )
+        opened = self._open = _OpenRound(plan, chosen, grid)
+        if fed.stragglers is not None and not plan.nodes:
+            log.warning("round %d: every sampled client is inactive or dropped", server_round)
+            return []
+        steps = self.round(plan)
+        try:
+            step = next(steps)
+            while not _is_training(step):
+                step = steps.send(self._exchange(opened, step))
+        except StopIteration as done:
+            opened.result = done.value
+            return []
+        opened.steps, opened.sent = steps, step.messages
+        return fed.outgoing(step.messages, plan.nodes, plan.arrays)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Screen and aggregate the training replies: the new global model and the round's
+        numeric metrics (the whole record, strings included, is `last_round`)."""
+        opened, self._open = self._open, None
+        if opened is None or opened.plan.round != server_round:
+            raise RuntimeError(f"aggregate_train({server_round}) without its configure_train")
+        fed = self._bound()
+        plan = opened.plan
+        result = opened.result
+        if opened.steps is not None:
+            replies = list(replies)
+            opened.updates.add(fed.received(opened.sent, replies))
+            opened.replies.extend(replies)
+            try:
+                step = opened.steps.send(replies)
+                while True:  # exchanges after training, if a round has any
+                    step = opened.steps.send(self._exchange(opened, step))
+            except StopIteration as done:
+                result = done.value
+        idle = result is None
+        if result is None:  # nobody could work this round: the model stays as it is
+            result = RoundResult(None, dict(plan.metrics), [], 0)
+        new_arrays, broadcast = None, {}
+        if result.arrays is not None:
+            new_arrays, broadcast = fed.commit(result.arrays, server_round)
+        scored = result.scored
+        if scored is None and new_arrays is not None:
+            scored = fed.scored(new_arrays)
+        self.last_round = RoundRecord(
+            plan=plan,
+            chosen=opened.chosen,
+            result=result,
+            arrays=new_arrays,
+            scored=scored,
+            replies=opened.replies,
+            updates=opened.updates,
+            broadcast=broadcast,
+            idle=idle,
+        )
+        return new_arrays, numeric_metrics({**result.metrics, **broadcast})
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """Per-client evaluation of the global model when `client_eval` is due, else none."""
+        messages, nodes = self._bound().evaluate_messages(grid, server_round, arrays)
+        self._evaluating = (messages, len(nodes))
+        return messages
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """The clients' mean and worst-decile accuracy of the global model."""
+        fed = self._bound()
+        (sent, asked), self._evaluating = self._evaluating, ([], 0)
+        if fed.client_eval is None or not sent:
+            return None
+        replies = list(replies)
+        fed.received(sent, replies)
+        return numeric_metrics(fed.client_eval.global_columns(server_round, replies, asked))
+
+    def summary(self) -> None:
+        """Log what runs: the rule, its add-ons and the experiment's data."""
+        cfg = self.experiment
+        log.info("\t├──> %s", type(self).__name__)
+        for addon in self.addons:
+            log.info("\t├──> add-on %s", type(addon).__name__)
+        if cfg is not None:
+            log.info(
+                "\t└──> %s on %s, %d clients",
+                cfg.algorithm.name,
+                cfg.dataset.name,
+                int(cfg.num_clients),
+            )
+
+    def connect(self, grid: Grid, **kwargs: object) -> None:
+        """Wait for the clients the first round needs (`configure_train` does it too)."""
+        self._bound().connect(grid, **kwargs)  # type: ignore[arg-type]
+
+    def _bound(self) -> Federation:
+        if self.federation is None:
+            raise ValueError(
+                f"{type(self).__name__} has no experiment: build it with experiment=... "
+                "(fl_system.compose.compose_experiment(['algorithm=...'])) to run rounds, "
+                "so that clients learn the data, model and local rule at the handshake"
+            )
+        return self.federation
+
+    def _exchange(self, opened: _OpenRound, step: Exchange) -> list[Message]:
+        """Send one exchange of the round over the grid; its replies, made whole."""
+        fed = self._bound()
+        plan = opened.plan
+        outgoing = fed.outgoing(step.messages, plan.nodes, plan.arrays)
+        replies = fed.courier.send(opened.grid, outgoing, step.label).replies
+        opened.updates.add(fed.received(step.messages, replies))
+        opened.replies.extend(replies)
+        return replies
 
     def on_handshake(self, partition_id: int, metrics: MetricRecord) -> None:
         """What a node told the server when it joined; the add-ons take note."""
@@ -239,7 +422,10 @@ class FederatedStrategy:
 
         Strategies with state of their own extend this dict: `{**super().state_dict(), ...}`.
         """
-        return {k: v for addon in self.addons for k, v in addon.state_dict().items()}
+        state = {k: v for addon in self.addons for k, v in addon.state_dict().items()}
+        if self.federation is not None:
+            state.update(self.federation.state_dict())
+        return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Restore `state_dict()`; subclasses pop their own keys and pass the rest up."""
@@ -247,6 +433,10 @@ class FederatedStrategy:
         for addon in self.addons:
             mine = {k: v for k, v in state.items() if addon.owns(k)}
             addon.load_state_dict(mine)
+            claimed.update(mine)
+        if self.federation is not None:
+            mine = {k: v for k, v in state.items() if Federation.owns(k)}
+            self.federation.load_state_dict(mine)
             claimed.update(mine)
         unknown = sorted(set(state) - claimed)
         if unknown:
@@ -259,3 +449,21 @@ def reply_mean(replies: list[ClientReply], key: str) -> float:
     pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
     total = sum(n for n, _ in pairs)
     return sum(n * v for n, v in pairs) / total if total else float("nan")
+
+
+def numeric_metrics(metrics: Mapping[str, object]) -> MetricRecord:
+    """The numbers among a round's metrics, as Flower's MetricRecord holds them."""
+    return MetricRecord(
+        {
+            k: int(v) if isinstance(v, int | np.integer) else float(v)
+            for k, v in metrics.items()
+            if isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+        }
+    )
+
+
+def _is_training(step: Exchange) -> bool:
+    """The exchange Flower's loop sends: the first one of training messages."""
+    return any(m.metadata.message_type == MessageType.TRAIN for m in step.messages) or (
+        not step.messages and step.label == "train"
+    )

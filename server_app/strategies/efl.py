@@ -29,6 +29,7 @@ from flwr.app import ConfigRecord, RecordDict
 from fl_system import protocol
 from fl_system.codecs import CodecError
 from fl_system.efl import FISHER_COMM
+from fl_system.experiment import Experiment
 from fl_system.fisher_records import fisher_records, read_fisher
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
@@ -49,9 +50,10 @@ class Efl(FederatedStrategy):
         fisher_comm: str = "dense",
         fisher_q: float = 0.01,
         fisher_every: int = 1,
-        addons: Sequence[ServerAddon] = (),
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
     ) -> None:
-        super().__init__(addons=addons)
+        super().__init__(addons=addons, experiment=experiment)
         if fisher_comm not in FISHER_COMM:
             raise ValueError(
                 f"efl fisher_comm must be one of {', '.join(FISHER_COMM)}, got {fisher_comm!r}"

@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
+from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
@@ -28,8 +29,14 @@ from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 class FedAcg(ServerVectorStrategy):
     """Clients start from the lookahead w + lam m; the momentum follows their average."""
 
-    def __init__(self, *, lam: float = 0.85, addons: Sequence[ServerAddon] = ()) -> None:
-        super().__init__(addons=addons)
+    def __init__(
+        self,
+        *,
+        lam: float = 0.85,
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
+    ) -> None:
+        super().__init__(addons=addons, experiment=experiment)
         if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0 <= lam < 1:
             raise ValueError(f"algorithm.lam must be a number in [0, 1), got {lam!r}")
         self.lam = float(lam)

@@ -33,6 +33,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import weighted_average
+from fl_system.experiment import Experiment
 from fl_system.fedcat import ChainSchedule, copies_average, cycle_position
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan, RoundResult, RoundSteps
@@ -61,9 +62,10 @@ class FedCat(FederatedStrategy):
         concatenate: bool = True,
         count_selection: bool = True,
         clients_per_round: int | None = None,
-        addons: Sequence[ServerAddon] = (),
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
     ) -> None:
-        super().__init__(addons=addons)
+        super().__init__(addons=addons, experiment=experiment)
         if clients_per_round is not None:
             raise ValueError(
                 "fedcat picks algorithm.k clients per round itself: leave clients_per_round "

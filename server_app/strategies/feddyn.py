@@ -36,6 +36,7 @@ from dataclasses import replace
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
+from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
@@ -46,9 +47,14 @@ class FedDyn(ServerVectorStrategy):
     """Uniform model average, dynamic-regulariser state h, clients start from theta_cld."""
 
     def __init__(
-        self, *, alpha: float, num_clients: int, addons: Sequence[ServerAddon] = ()
+        self,
+        *,
+        alpha: float,
+        num_clients: int,
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
     ) -> None:
-        super().__init__(addons=addons)
+        super().__init__(addons=addons, experiment=experiment)
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
             raise ValueError(f"feddyn alpha must be a number > 0, got {alpha!r}")
         if (

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fl_system import protocol
+from fl_system.experiment import Experiment
 from fl_system.fednova import fednova_coefficients, fednova_update
 from server_app.addons import ServerAddon, StepSchedule
 from server_app.rounds import RoundPlan
@@ -33,8 +34,13 @@ class FedNova(FederatedStrategy):
     partial_work = True  # updates are normalised by the steps actually taken
     robust_aggregation = False  # normalised updates, combined by FedNova's own rule
 
-    def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
-        super().__init__(addons=addons)
+    def __init__(
+        self,
+        *,
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
+    ) -> None:
+        super().__init__(addons=addons, experiment=experiment)
         if any(isinstance(a, StepSchedule) for a in self.addons):
             raise ValueError(
                 "algorithm.gsnr.enabled=true cannot be used with fednova: FedNova divides each "

@@ -24,6 +24,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fl_system import protocol
+from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
@@ -43,8 +44,14 @@ class Scaffold(ServerVectorStrategy):
 
     partial_work = True  # c_i uses the steps actually taken
 
-    def __init__(self, *, num_clients: int, addons: Sequence[ServerAddon] = ()) -> None:
-        super().__init__(addons=addons)
+    def __init__(
+        self,
+        *,
+        num_clients: int,
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
+    ) -> None:
+        super().__init__(addons=addons, experiment=experiment)
         self.num_clients = _positive_int("scaffold num_clients", num_clients)
         self.c = LayerState("scaffold/c")
         self._c_record: ArrayRecord | None = None  # c as sent this round (cached per round)

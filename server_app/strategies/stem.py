@@ -22,6 +22,7 @@ from flwr.app import ArrayRecord, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import weighted_average
+from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
@@ -33,8 +34,13 @@ log = logging.getLogger(__name__)
 class Stem(ServerVectorStrategy):
     """Model and momentum averaged with the same weights."""
 
-    def __init__(self, *, addons: Sequence[ServerAddon] = ()) -> None:
-        super().__init__(addons=addons)
+    def __init__(
+        self,
+        *,
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
+    ) -> None:
+        super().__init__(addons=addons, experiment=experiment)
         self.momentum = LayerState("stem/d")
 
     def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:

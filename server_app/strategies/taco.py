@@ -32,6 +32,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import normalized_or_uniform
+from fl_system.experiment import Experiment
 from fl_system.taco import record_strikes, tailored_coefficients
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
@@ -55,9 +56,10 @@ class Taco(FederatedStrategy):
         lam: int | None = None,
         expel: bool = True,
         tailored_aggregation: bool = True,
-        addons: Sequence[ServerAddon] = (),
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
     ) -> None:
-        super().__init__(addons=addons)
+        super().__init__(addons=addons, experiment=experiment)
         if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
             raise ValueError(f"algorithm.kappa must be a number in (0, 1], got {kappa!r}")
         if lam is None:

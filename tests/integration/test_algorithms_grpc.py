@@ -9,6 +9,7 @@ a module's tests one at a time, so runs never overlap on the federation.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -28,16 +29,18 @@ from tests.integration.conftest import (
     env_in,
     run_cli,
 )
+from tests.integration.flower_app import LOOP_APP, write_app
 
 pytestmark = pytest.mark.integration
 
-# Every shipped algorithm (FedGSNR's two exchanges and TACO's freeloader run in
-# test_local_runtime.py; EFL with its compressor on the uplink), plus a composition of both
-# add-ons with an algorithm that sends and returns extra arrays.
+# Every shipped algorithm through fl-run (FedGSNR's two exchanges and TACO's freeloader run
+# in test_local_runtime.py; FedAvg and FedDisco, with TACO, in a Flower app of one's own
+# below; EFL with its compressor on the uplink), plus a composition of both add-ons with an
+# algorithm that sends and returns extra arrays.
 ALGORITHMS = {
     path.stem: [f"algorithm={path.stem}"]
     for path in sorted((CONF_DIR / "algorithm").glob("*.yaml"))
-    if path.stem not in ("fedgsnr", "taco")
+    if path.stem not in ("fedgsnr", "taco", "fedavg", "feddisco")
 } | {
     "efl": ["algorithm=efl", "compression.up=st", "compression.up.q=0.05"],
     "fedcat": ["algorithm=fedcat", "algorithm.k=2"],  # two copies: both nodes, both rounds
@@ -156,3 +159,41 @@ def test_a_run_stopped_with_flwr_stop_says_so_and_how_to_resume(
         "rounds up to "
     )
     assert f"resume=true hydra.run.dir={run_dir}" in line and "\x1b" not in err
+
+
+def test_a_flower_app_of_ones_own_runs_fedavg_feddisco_and_taco(
+    federation: HandStartedFederation, shared_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`flwr run` of a stock Flower app whose ServerApp calls Flower's `strategy.start` for
+    FedAvg, FedDisco and TACO in turn, on the SuperNodes fl-run uses: each trains two rounds
+    over gRPC and beats its initial model."""
+    taco = ["algorithm=taco", "train.local_steps=20", "algorithm.lam=6"]
+    cases = {
+        "fedavg": [*QUICK, "num_rounds=2"],
+        "feddisco": [*QUICK, "num_rounds=2", "algorithm=feddisco"],
+        "taco": [*QUICK, "num_rounds=2", *taco],
+    }
+    app = write_app(tmp_path / "app", LOOP_APP)
+    cases_file = tmp_path / "cases.json"
+    cases_file.write_text(json.dumps(cases))
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "fed"\n\n[superlink.fed]\n'
+        f'address = "127.0.0.1:{federation.control}"\ninsecure = true\n'
+    )
+    done = subprocess.run(
+        ["flwr", "run", str(app), "fed", "--stream", "--run-config", f'cases-file="{cases_file}"'],
+        env={**shared_env, "FLWR_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert sorted(results) == ["fedavg", "feddisco", "taco"], done.stdout[-3000:]
+    for name, got in results.items():
+        assert got["is_flower_strategy"] and got["train_rounds"] == [1, 2], name
+        assert got["accuracy"]["2"] > got["accuracy"]["0"] + 0.2, (name, got["accuracy"])
+    assert federation.procs.first_dead() is None, "a process of the shared federation died"

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from flwr.serverapp.strategy import Strategy
 from hydra import compose, initialize_config_dir
+from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from fl_system.cli import CONF_DIR
@@ -36,6 +38,8 @@ def _cfg(*overrides: str) -> DictConfig:
 def test_algorithms_build_both_halves(name: str) -> None:
     cfg = _cfg(f"algorithm={name}", "train.local_steps=5")
     assert cfg.algorithm.name == name
+    target = get_class(cfg.algorithm.strategy._target_)
+    assert issubclass(target, Strategy)  # Flower's: usable by any Flower app, wrappable
     strategy = build_strategy(cfg)
     assert isinstance(strategy, FederatedStrategy)
     rule = build(cfg.algorithm.local_rule)

@@ -1,0 +1,210 @@
+"""What a strategy needs of its experiment to run rounds on a Flower `Grid`.
+
+A strategy bound to an experiment config (`FederatedStrategy(experiment=...)`) runs its rounds
+through this: it learns which node holds which partition (a handshake that also hands every
+client the experiment), samples the round's partitions with the run's seed, applies the
+stragglers' budgets, sends the global model as compressed broadcasts under
+`compression.down` and decodes compressed updates under `compression.up`, and asks for
+per-client evaluation under `client_eval`. Whoever drives the rounds, Flower's
+`Strategy.start` or fl_system's driver, the same calls happen in the same order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from omegaconf import DictConfig, OmegaConf
+
+from fl_system import protocol, wire
+from fl_system.experiment import build_compression, config_to_json
+from fl_system.seeding import derive_seed
+from server_app import stragglers
+from server_app.client_eval import ClientEvaluation
+from server_app.compression import UpdateTally, expand_replies
+from server_app.downlink import Downlink
+from server_app.exchange import Courier
+from server_app.nodes import NodeRegistry
+from server_app.rounds import RoundPlan, RunFailed
+
+log = logging.getLogger(__name__)
+
+
+def sample_partitions(
+    seed: int, clients_per_round: int | None, server_round: int, available: Sequence[int]
+) -> list[int]:
+    """This round's participants: all, or `clients_per_round` drawn with a per-round seed."""
+    k = clients_per_round
+    if k is None or k >= len(available):
+        return sorted(available)
+    rng = np.random.default_rng(derive_seed(seed, server_round, 0x5A3))
+    return sorted(int(p) for p in rng.choice(sorted(available), size=k, replace=False))
+
+
+class Federation:
+    """The nodes of one grid and the experiment's round settings."""
+
+    def __init__(
+        self, cfg: DictConfig, *, on_join: Callable[[int, MetricRecord], None] | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.on_join = on_join
+        self.compression = build_compression(cfg)
+        down = build_compression(cfg, "down")
+        self.downlink = (
+            Downlink(
+                down,
+                seed=int(cfg.seed),
+                server_apply=str(
+                    OmegaConf.select(cfg, "compression.server_apply") or "recommended"
+                ),
+            )
+            if down is not None
+            else None
+        )
+        self.stragglers = stragglers.from_config(cfg)
+        self.client_eval = ClientEvaluation.from_config(cfg)
+        self.courier = Courier(
+            timeout=float(cfg.round_timeout),
+            max_reply_ratio=OmegaConf.select(cfg, "aggregation.max_reply_ratio"),
+        )
+        self.nodes: NodeRegistry | None = None
+        self._grid: Grid | None = None
+        self._downlink_state: Mapping[str, np.ndarray] | None = None  # until the model is known
+
+    # ----- the nodes -----------------------------------------------------------------------
+    def connect(self, grid: Grid, *, say: Callable[[str], None] = log.info) -> NodeRegistry:
+        """Wait for the clients a round needs (once per grid), handshaking each new node."""
+        if self.nodes is None or self._grid is not grid:
+            self._grid = grid
+            self.nodes = NodeRegistry(
+                grid,
+                config_to_json(self.cfg),
+                num_partitions=int(self.cfg.num_clients),
+                on_join=self.on_join,
+            )
+            per_round = self.cfg.clients_per_round
+            self.nodes.wait_for(
+                int(self.cfg.num_clients if per_round is None else per_round),
+                float(self.cfg.round_timeout),
+                say=say,
+            )
+        return self.nodes
+
+    def take_handshake_bytes(self) -> tuple[int, int]:
+        """(up, down) bytes of handshakes since the last call (counted into a round)."""
+        return self.nodes.take_handshake_bytes() if self.nodes is not None else (0, 0)
+
+    def plan(
+        self,
+        grid: Grid,
+        server_round: int,
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        *,
+        excluded: frozenset[int],
+        choose: Callable[[int, Sequence[int]], list[int] | None],
+        partial_work: bool,
+    ) -> tuple[RoundPlan, int]:
+        """The round's plan (whom to train, with what) and how many partitions were chosen."""
+        self._start_downlink(arrays)
+        self.courier.begin_round(server_round, arrays)
+        nodes = self.connect(grid).refresh(timeout=float(self.cfg.round_timeout))
+        node_of = {pid: node for node, pid in nodes.items()}
+        if len(excluded) >= int(self.cfg.num_clients):
+            raise RunFailed(
+                f"round {server_round}: every client is expelled (partitions "
+                f"{', '.join(map(str, sorted(excluded)))}); nothing is left to train"
+            )
+        available = sorted(p for p in node_of if p not in excluded)
+        chosen = choose(server_round, available)
+        if chosen is None:
+            chosen = sample_partitions(
+                int(self.cfg.seed), self.cfg.clients_per_round, server_round, available
+            )
+        scoring = self.client_eval.train_config(server_round) if self.client_eval else {}
+        plan = RoundPlan(
+            round=server_round,
+            arrays=arrays,
+            config=ConfigRecord({**config, protocol.SERVER_ROUND: server_round, **scoring}),
+            nodes={node_of[pid]: pid for pid in chosen},
+        )
+        if self.stragglers is not None:
+            plan = self.stragglers.apply(plan, partial_work=partial_work)
+        return plan, len(chosen)
+
+    # ----- messages out and in -------------------------------------------------------------
+    def outgoing(
+        self, messages: Sequence[Message], nodes: Mapping[int, int], model: ArrayRecord
+    ) -> list[Message]:
+        """The messages as they travel: under compression.down, the global model they carry
+        replaced per client by the broadcasts it misses."""
+        if self.downlink is None:
+            return list(messages)
+        return self.downlink.outgoing(messages, nodes, model)
+
+    def received(self, sent: Sequence[Message], replies: Sequence[Message]) -> UpdateTally:
+        """Replies made whole, in place: unpacked, their clients' model versions noted, and
+        compressed updates decoded against the model each node was sent."""
+        for reply in replies:
+            if not reply.has_error():
+                reply.content = wire.unpack(reply.content)
+        if self.downlink is not None:
+            self.downlink.confirm(replies)
+        if self.compression is None:
+            return UpdateTally()
+        return expand_replies(self.compression, sent, replies)
+
+    # ----- the global model ----------------------------------------------------------------
+    def commit(self, arrays: ArrayRecord, server_round: int) -> tuple[ArrayRecord, dict[str, int]]:
+        """The new global model as clients will hold it, and what its broadcast weighed."""
+        if self.downlink is None:
+            return arrays, {}
+        held, size = self.downlink.commit(arrays, server_round)
+        shapes = [layer.shape for layer in (self.downlink.held or {}).values()]
+        analytic = self.downlink.compression.analytic_bits
+        return held, {
+            "broadcast_bytes": size,  # spec 2.9's analytic bits of one broadcast beside it
+            "broadcast_bits_naive": round(analytic(shapes)),
+            "broadcast_bits_golomb": round(analytic(shapes, golomb=True)),
+        }
+
+    def scored(self, arrays: ArrayRecord) -> ArrayRecord:
+        """The model the server evaluates for global model `arrays`."""
+        return self.downlink.evaluated(arrays) if self.downlink is not None else arrays
+
+    def _start_downlink(self, arrays: ArrayRecord) -> None:
+        if self.downlink is None:
+            return
+        if self._downlink_state is not None:
+            self.downlink.load_state_dict(self._downlink_state, arrays)
+            self._downlink_state = None
+        self.downlink.start(arrays)
+
+    # ----- per-client evaluation -----------------------------------------------------------
+    def evaluate_messages(
+        self, grid: Grid, server_round: int, arrays: ArrayRecord
+    ) -> tuple[list[Message], dict[int, int]]:
+        """client_eval, when due: the global model to every connected client."""
+        if self.client_eval is None or not self.client_eval.due(server_round):
+            return [], {}
+        nodes = self.connect(grid).refresh(timeout=float(self.cfg.round_timeout))
+        messages = self.client_eval.messages(server_round, arrays, nodes)
+        return self.outgoing(messages, nodes, arrays), nodes
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.downlink.state_dict() if self.downlink is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restored when the first round hands over the checkpointed model."""
+        if state and self.downlink is not None:
+            self._downlink_state = dict(state)
+            self.downlink.held = None
+
+    @staticmethod
+    def owns(key: str) -> bool:
+        return Downlink.owns(key)

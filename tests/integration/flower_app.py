@@ -1,0 +1,117 @@
+"""A Flower app of one's own around fl_system's strategies, as the README shows it.
+
+`readme_server_app()` is the README's ServerApp, word for word; `write_app` lays out an app
+directory (pyproject.toml + my_app/server_app.py) that `flwr run` submits to a SuperLink, with
+this project's ClientApp as its client; `simulate` runs a ServerApp file in Flower's simulation
+engine against the same ClientApp.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README_SECTION = "## Use a strategy in your own Flower app"
+
+# Runs every case of cases.json next to it with Flower's `Strategy.start` and writes each
+# one's central accuracy per round, its strategy's base classes and final model to results.json.
+LOOP_APP = """
+import json
+from pathlib import Path
+
+from flwr.app import ArrayRecord, Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
+
+from fl_system.compose import compose_experiment
+from fl_system.experiment import build_model, build_strategy, central_evaluation
+
+HERE = Path(__file__).parent
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    cases = Path(str(context.run_config.get("cases-file") or HERE / "cases.json"))
+    results = {}
+    for name, overrides in json.loads(cases.read_text()).items():
+        experiment = compose_experiment(overrides)
+        strategy = build_strategy(experiment)
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(build_model(experiment).state_dict()),
+            num_rounds=experiment.num_rounds,
+            evaluate_fn=central_evaluation(experiment),
+        )
+        results[name] = {
+            "is_flower_strategy": isinstance(strategy, Strategy),
+            "accuracy": {
+                str(r): m["test_accuracy"] for r, m in result.evaluate_metrics_serverapp.items()
+            },
+            "train_rounds": sorted(result.train_metrics_clientapp),
+        }
+        cases.with_name("results.json").write_text(json.dumps(results))
+"""
+
+SIMULATE = """
+import importlib.util, logging, sys, warnings
+from flwr.simulation import run_simulation
+from client_app.app import app as client_app
+
+spec = importlib.util.spec_from_file_location("my_server_app", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+logging.getLogger("flwr").setLevel(logging.INFO)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    run_simulation(
+        server_app=module.app,
+        client_app=client_app,
+        num_supernodes=int(sys.argv[2]),
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+    )
+"""
+
+
+def readme_server_app() -> str:
+    """The first Python block of the README's section on one's own Flower app."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(README_SECTION) :]
+    found = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert found is not None, "the README's Flower app section has no Python block"
+    return found.group(1)
+
+
+def write_app(root: Path, server_app: str) -> Path:
+    """A Flower app directory whose ServerApp is `server_app` and ClientApp is ours."""
+    (root / "my_app").mkdir(parents=True, exist_ok=True)
+    (root / "my_app" / "__init__.py").write_text("")
+    (root / "my_app" / "server_app.py").write_text(server_app)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+        '[project]\nname = "my-app"\nversion = "1.0.0"\ndependencies = []\n\n'
+        '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
+        '[tool.flwr.app]\npublisher = "me"\n\n'
+        "[tool.flwr.app.components]\n"
+        'serverapp = "my_app.server_app:app"\nclientapp = "client_app.app:app"\n\n'
+        '[tool.flwr.app.config]\ncases-file = ""\n'
+    )
+    return root
+
+
+def simulate(
+    server_app_file: Path, num_supernodes: int, cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run the ServerApp in `server_app_file` against our ClientApp in Flower's simulation."""
+    return subprocess.run(
+        [sys.executable, "-c", SIMULATE, str(server_app_file), str(num_supernodes)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )

@@ -1,0 +1,75 @@
+"""fl_system's strategies run by Flower's own `Strategy.start` in a ServerApp of one's own,
+against this project's ClientApp, in Flower's simulation engine (the gRPC case shares the
+federation of test_algorithms_grpc.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fl_system.compose import CONF_DIR, compose_experiment
+from fl_system.evaluation import evaluate
+from fl_system.experiment import build_model, load_dataset, partition_indices
+from tests.integration.conftest import QUICK, env_in
+from tests.integration.flower_app import LOOP_APP, readme_server_app, simulate, write_app
+
+pytestmark = pytest.mark.integration
+
+ALGORITHMS = sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml"))
+# Two rounds of every algorithm; TACO's default lam (T/5) would expel everyone after one.
+COMMON = [*QUICK, "num_rounds=2", "train.local_steps=20"]
+EXTRA = {"taco": ["algorithm.lam=6"]}
+
+
+def _env(root: Path) -> dict[str, str]:
+    env = env_in(root)
+    env["FL_STATE_DIR"] = str(root / "node-state")
+    return env
+
+
+def test_every_algorithm_runs_two_rounds_under_flowers_start(tmp_path: Path) -> None:
+    """One stock ServerApp calls `strategy.start` for each algorithm in turn: each is a Flower
+    Strategy, trains two rounds, and its model beats the initial one."""
+    cases = {name: [*COMMON, f"algorithm={name}", *EXTRA.get(name, [])] for name in ALGORITHMS}
+    app = write_app(tmp_path / "app", LOOP_APP) / "my_app"
+    (app / "cases.json").write_text(json.dumps(cases))
+    done = simulate(app / "server_app.py", 2, tmp_path, _env(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((app / "results.json").read_text())
+    assert sorted(results) == ALGORITHMS, done.stderr[-3000:]
+    for name, got in results.items():
+        assert got["is_flower_strategy"], name
+        assert got["train_rounds"] == [1, 2], name
+        accuracy = got["accuracy"]
+        assert sorted(accuracy) == ["0", "1", "2"], name
+        assert accuracy["2"] > accuracy["0"] + 0.2, (name, accuracy)
+
+
+def test_the_readme_flower_app_trains_feddisco(tmp_path: Path) -> None:
+    """The README's ServerApp, word for word: FedDisco on four simulated SuperNodes, three
+    rounds, the final model saved where Flower's template saves it."""
+    app = write_app(tmp_path / "app", readme_server_app()) / "my_app"
+    done = simulate(app / "server_app.py", 4, tmp_path, _env(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    experiment = compose_experiment(
+        ["algorithm=feddisco", "num_clients=4", "partition=dirichlet", "num_rounds=3"]
+    )
+    data = load_dataset(experiment)
+    model = build_model(experiment)
+    initial, _ = evaluate(model, data.x_test, data.y_test, device=torch.device("cpu"))
+    model.load_state_dict(torch.load(tmp_path / "final_model.pt"))
+    final, _ = evaluate(model, data.x_test, data.y_test, device=torch.device("cpu"))
+    assert final > initial + 0.3, (initial, final)
+    # The round's weights are Disco's, from the d_k the clients reported, not data sizes
+    logged = re.search(r"Aggregated MetricRecord: (\{.*\})", done.stdout + done.stderr)
+    assert logged is not None, done.stderr[-3000:]
+    weights = {int(k): v for k, v in re.findall(r"'weight_(\d+)': ([-0-9.e]+)", logged.group(1))}
+    sizes = np.array([len(p) for p in partition_indices(experiment, 4)], dtype=float)
+    assert sorted(weights) == [0, 1, 2, 3]
+    by_size = sizes / sizes.sum()
+    assert max(abs(float(weights[k]) - by_size[k]) for k in range(4)) > 0.01, (weights, by_size)
