@@ -190,12 +190,27 @@ def ask(msg: Message, context: Context) -> Message:
     return _reply(content, msg)
 
 
+@functools.lru_cache(maxsize=2)
+def _privacy_mod(config_json: str) -> Callable[[Message, Context, Callable], Message] | None:
+    """The run's client-side DP mod (`privacy.client`: Flower's fixedclipping_mod,
+    adaptiveclipping_mod or LocalDpMod), or None."""
+    node = config_from_json(config_json).get("privacy", {}).get("client")
+    return None if node is None else build(node, label="privacy")
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    """Local training, through the run's DP mod when it has one (it clips, or adds noise to,
+    the reply's update on this machine)."""
+    mod = _privacy_mod(_run_config(context))
+    return _train(msg, context) if mod is None else mod(msg, context, _train)
+
+
+def _train(msg: Message, context: Context) -> Message:
     got = _open(msg, context)
     cfg, node = got.cfg, got.node
     freeloading = node.partition_id in OmegaConf.select(cfg, "clients.freeloaders.ids", default=[])
-    metrics, extras = _freeload(got) if freeloading else _train(got)
+    metrics, extras = _freeload(got) if freeloading else _train_locally(got)
     compression = _compression(got.config_json)
     if node.partition_id in OmegaConf.select(cfg, "clients.malicious.ids", default=[]):
         content = _tampered(got, metrics)
@@ -218,7 +233,7 @@ def train(msg: Message, context: Context) -> Message:
     return _reply(content, msg)
 
 
-def _train(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
+def _train_locally(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
     """Local training with the run's rule: the reply's metrics and the rule's extra records."""
     cfg, node = got.cfg, got.node
     rule = _rule_factory(got.config_json)()

@@ -14,6 +14,7 @@ from fl_system.experiment import (
     load_dataset,
     partition_indices,
 )
+from fl_system.privacy import check_privacy
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError, check_values
 
@@ -24,7 +25,7 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     On resume, `cfg.run_id` becomes the checkpointed run's, so clients find their state.
     """
     check_values(cfg)
-    build_strategy(cfg)
+    check_privacy(cfg, build_strategy(cfg))
     build(cfg.algorithm.local_rule)
     build_client_addons(cfg)
     build_compression(cfg, "up")

@@ -22,6 +22,7 @@ class ServerAddon:
     """Every hook is a no-op; an add-on overrides what it changes."""
 
     state_prefix = ""  # the add-on's checkpoint keys start with this, e.g. "disco/"
+    weighting: str | None = None  # how it weighs clients, if it replaces the strategy's weights
 
     def owns(self, key: str) -> bool:
         """Whether a checkpoint key is this add-on's."""

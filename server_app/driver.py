@@ -34,6 +34,7 @@ from fl_system.experiment import build_model, build_strategy, load_dataset
 from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from server_app.federation import Federation
+from server_app.privacy import Privacy
 from server_app.rounds import RoundRecord, RunFailed, grouped_reasons
 from server_app.strategies.base import FederatedStrategy
 
@@ -50,6 +51,8 @@ class RoundDriver:
         self.strategy: FederatedStrategy = build_strategy(cfg)
         assert self.strategy.federation is not None
         self.federation: Federation = self.strategy.federation
+        self.privacy = Privacy(self.strategy, cfg)
+        self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
 
@@ -85,7 +88,7 @@ class RoundDriver:
             t0 = time.monotonic()
             arrays, row, scored = self._round(rnd, arrays)
             if rnd % cfg.eval_every == 0 or rnd == cfg.num_rounds:
-                if scored is None:
+                if scored is None:  # the model clients hold (or, server_apply=full, its own)
                     scored = self.federation.scored(arrays)
                 model.load_state_dict(scored.to_torch_state_dict())
                 last_eval = evaluate(model, data.x_test, data.y_test, device=self.device)
@@ -115,22 +118,35 @@ class RoundDriver:
     def _round(self, rnd: int, arrays: ArrayRecord) -> tuple[ArrayRecord, dict, ArrayRecord | None]:
         """The new global model, the metrics row and the model to evaluate."""
         courier = self.federation.courier
-        messages = self.strategy.configure_train(rnd, arrays, ConfigRecord(), self.grid)
+        messages = self.flower.configure_train(rnd, arrays, ConfigRecord(), self.grid)
         replies = courier.send(self.grid, messages, "train").replies
-        self.strategy.aggregate_train(rnd, replies)
+        released, _ = self.flower.aggregate_train(rnd, replies)
         record = self.strategy.last_round
-        assert record is not None
+        if record is None or record.plan.round != rnd:  # a DP wrapper refused the replies
+            failed = sum(r.has_error() for r in replies)
+            log.warning(
+                "round %d: %d of %d replies were errors and Flower's DP wrapper aggregates "
+                "no round with an error: the model stays",
+                rnd,
+                failed,
+                len(replies),
+            )
+            return arrays, {"round": rnd, "participants": 0, "failures": failed}, None
         if record.idle:
             return arrays, {"round": rnd, "participants": 0, **record.result.metrics}, None
         result = record.result
-        if record.arrays is None or result.participants < (self.cfg.min_clients or 1):
+        if released is None or result.participants < (self.cfg.min_clients or 1):
             reasons = grouped_reasons(result.failures)
             raise RunFailed(
                 f"round {rnd}: {result.participants} usable replies of {record.chosen} sent"
                 + (f", {courier.timed_out} timed out" if courier.timed_out else "")
                 + (f" ({reasons})" if reasons else "")
             )
-        return record.arrays, self._row(rnd, record), record.scored
+        publish, privacy_columns = self.privacy.release(record)
+        row = {**self._row(rnd, record), **privacy_columns}
+        if not publish:
+            return arrays, row, None
+        return released, row, result.scored
 
     def _row(self, rnd: int, record: RoundRecord) -> dict:
         """The round's metrics.csv row: who took part, what moved, the strategy's columns."""
@@ -162,13 +178,13 @@ class RoundDriver:
 
     def _evaluate_on_clients(self, rnd: int, arrays: ArrayRecord) -> dict:
         """client_eval: the global model scored on every connected client's test split."""
-        messages = self.strategy.configure_evaluate(rnd, arrays, ConfigRecord(), self.grid)
+        messages = self.flower.configure_evaluate(rnd, arrays, ConfigRecord(), self.grid)
         if not messages:
             return {}
         traffic = self.federation.courier.send(
             self.grid, messages, "client_eval", timeout=self.cfg.round_timeout
         )
-        columns = self.strategy.aggregate_evaluate(rnd, traffic.replies) or {}
+        columns = self.flower.aggregate_evaluate(rnd, traffic.replies) or {}
         return {
             **columns,
             "client_eval_bytes_down": traffic.bytes_down,
@@ -182,7 +198,9 @@ class RoundDriver:
         if list(ckpt.model) != list(arrays.keys()):
             raise RunFailed("checkpoint model layers do not match the configured model")
         restored = ArrayRecord({k: Array(v) for k, v in ckpt.model.items()})
-        self.strategy.load_state_dict(ckpt.strategy_state)
+        state = ckpt.strategy_state
+        self.privacy.load_state_dict({k: v for k, v in state.items() if Privacy.owns(k)})
+        self.strategy.load_state_dict({k: v for k, v in state.items() if not Privacy.owns(k)})
         self.metrics.truncate_after(ckpt.round)
         run_log.say(f"resuming after round {ckpt.round} from {self.paths.checkpoint}")
         return restored, ckpt.round + 1, ckpt.elapsed_seconds
@@ -193,7 +211,7 @@ class RoundDriver:
             Checkpoint(
                 round=rnd,
                 model=dict(zip(arrays.keys(), arrays.to_numpy_ndarrays(), strict=True)),
-                strategy_state=self.strategy.state_dict(),
+                strategy_state={**self.strategy.state_dict(), **self.privacy.state_dict()},
                 elapsed_seconds=elapsed,
                 config=_plain(self.cfg),
             ),
@@ -203,6 +221,7 @@ class RoundDriver:
         rows = self.metrics.rows()
         summary = summarize(rows, target_accuracy=self.cfg.target_accuracy)
         summary.update(self.strategy.summarize(rows))
+        summary.update(self.privacy.summary())
         write_summary(self.paths.summary, summary)
         plot_curve(
             rows,

@@ -70,6 +70,8 @@ class Federation:
         self.courier = Courier(
             timeout=float(cfg.round_timeout),
             max_reply_ratio=OmegaConf.select(cfg, "aggregation.max_reply_ratio"),
+            # Flower's client mods (privacy on the clients) read plain records only
+            pack=OmegaConf.select(cfg, "privacy.client") is None,
         )
         self.nodes: NodeRegistry | None = None
         self._grid: Grid | None = None

@@ -107,7 +107,7 @@ class RoundRecord:
     reads it after `aggregate_train`; Flower's loop needs only the returned model).
 
     `arrays` is the new global model as clients hold it (None: no usable reply, or an idle
-    round), `scored` the model to evaluate for it, `replies` every reply of the round,
+    round), `replies` every reply of the round,
     `updates` what compressed updates weighed, `broadcast` what a compressed broadcast of the
     new model weighed. `idle`: nobody could work (stragglers), so no exchange ran at all.
     """
@@ -116,7 +116,6 @@ class RoundRecord:
     chosen: int  # partitions chosen before stragglers and pre-training steps
     result: RoundResult
     arrays: ArrayRecord | None
-    scored: ArrayRecord | None
     replies: list[Message]
     updates: UpdateTally
     broadcast: dict[str, int]

@@ -23,11 +23,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from omegaconf import OmegaConf
 
 from fl_system import protocol
 from fl_system.aggregation import normalized
@@ -83,6 +85,14 @@ class FederatedStrategy(Strategy):
     # Whether `aggregate` combines the client models through `average` (so that a robust
     # rule, aggregation.robust, applies); False for rules of their own (FedNova, FedCat).
     robust_aggregation = True
+    # What differential privacy (privacy=...) must know of the rule, each a phrase for the
+    # refusal or None: what its training messages carry besides the model and the config,
+    # what its replies carry besides the model, the model its clients start from if not the
+    # global one, and how it weighs clients if not by data size (which DP makes uniform).
+    extra_down: ClassVar[str | None] = None
+    extra_up: ClassVar[str | None] = None
+    own_start: ClassVar[str | None] = None
+    weighting: ClassVar[str | None] = "a rule of its own"
 
     def __init__(
         self,
@@ -102,6 +112,13 @@ class FederatedStrategy(Strategy):
                 cfg, rule_of_its_own=not self.robust_aggregation
             )
         self.experiment = cfg
+        # Under central DP (privacy=central_*/client_*) the noise is calibrated to the plain
+        # mean of the clipped updates: FedAvg's family averages uniformly there
+        self.uniform_weights = (
+            cfg is not None
+            and OmegaConf.select(cfg, "privacy.server") is not None
+            and self.weighting_under_privacy() is None
+        )
         self.federation = Federation(cfg, on_join=self.on_handshake) if cfg is not None else None
         self.last_round: RoundRecord | None = None
         self._open: _OpenRound | None = None
@@ -167,15 +184,11 @@ class FederatedStrategy(Strategy):
         new_arrays, broadcast = None, {}
         if result.arrays is not None:
             new_arrays, broadcast = fed.commit(result.arrays, server_round)
-        scored = result.scored
-        if scored is None and new_arrays is not None:
-            scored = fed.scored(new_arrays)
         self.last_round = RoundRecord(
             plan=plan,
             chosen=opened.chosen,
             result=result,
             arrays=new_arrays,
-            scored=scored,
             replies=opened.replies,
             updates=opened.updates,
             broadcast=broadcast,
@@ -216,6 +229,26 @@ class FederatedStrategy(Strategy):
                 cfg.dataset.name,
                 int(cfg.num_clients),
             )
+
+    def privacy_conflict(self, mode: str) -> str | None:
+        """Why Flower's DP in `mode` cannot wrap this rule (None: it can)."""
+        on_clients = mode in ("client_fixed", "client_adaptive", "local")
+        if self.extra_up is not None:
+            return f"its replies carry {self.extra_up} beside the model"
+        if on_clients and self.extra_down is not None:
+            return (
+                f"its messages carry {self.extra_down} beside the model (Flower's mods refuse it)"
+            )
+        if not on_clients and self.own_start is not None:
+            return f"its clients start from {self.own_start}, not the model clipping measures from"
+        return None
+
+    def weighting_under_privacy(self) -> str | None:
+        """How this run weighs clients if not uniformly under DP (None: uniformly)."""
+        for addon in self.addons:
+            if addon.weighting is not None:
+                return addon.weighting
+        return self.weighting
 
     def connect(self, grid: Grid, **kwargs: object) -> None:
         """Wait for the clients the first round needs (`configure_train` does it too)."""
@@ -286,11 +319,12 @@ class FederatedStrategy(Strategy):
     def finish_round(self, plan: RoundPlan, replies: Sequence[Message]) -> RoundResult:
         """Validate the training replies and aggregate the usable ones."""
         unpacked, failures = unpack_replies(replies, plan.arrays)
-        ok = []
-        for reply in self.screen(plan, unpacked, failures):
+        ok, norms = [], []
+        for reply, norm in self.screen(plan, unpacked, failures):
             problem = self.reject(reply)
             if problem is None:
                 ok.append(reply)
+                norms.append(norm)
             else:
                 failures.append(ClientFailure(reply.node_id, problem))
         for failure in failures:
@@ -314,6 +348,9 @@ class FederatedStrategy(Strategy):
             # local training time: the slowest client sets the round's pace (TACO spec 5)
             "compute_seconds_max": max(seconds, default=float("nan")),
             "compute_seconds_total": sum(seconds),
+            # the largest and median update (reply minus the model sent): what clipping bounds
+            "update_norm_max": max(norms),
+            "update_norm_median": float(np.median(norms)),
             **self.weight_columns(ok, weights),
             **plan.metrics,
             **self.round_metrics(plan, ok, weights),
@@ -322,10 +359,10 @@ class FederatedStrategy(Strategy):
 
     def screen(
         self, plan: RoundPlan, replies: list[ClientReply], failures: list[ClientFailure]
-    ) -> list[ClientReply]:
+    ) -> list[tuple[ClientReply, float]]:
         """The replies whose update norm and claimed example count are within
-        aggregation.norm_ratio / examples_ratio x the round's median; the others go to
-        `failures` with the figures."""
+        aggregation.norm_ratio / examples_ratio x the round's median, with their update norms;
+        the others go to `failures` with the figures."""
         norms = [update_norm(r.arrays, self.reference(plan, r.partition_id, r)) for r in replies]
         counts = [float(r.num_examples) for r in replies]
         big_norm = above_median(norms, self.norm_ratio)
@@ -344,7 +381,7 @@ class FederatedStrategy(Strategy):
                     f"{self.examples_ratio:g} x the round's median {float(np.median(counts)):g}"
                 )
             if why is None:
-                kept.append(reply)
+                kept.append((reply, norm))
             else:
                 failures.append(
                     ClientFailure(reply.node_id, f"partition {reply.partition_id}: {why}")
@@ -396,6 +433,8 @@ class FederatedStrategy(Strategy):
         Every strategy averages with these, so a reweighting such as FedDisco's composes with
         all of them. They also go to metrics.csv as `weight_<partition>`.
         """
+        if self.uniform_weights:
+            return np.full(len(replies), 1.0 / len(replies))
         for addon in self.addons:
             p = addon.weights(replies)
             if p is not None:

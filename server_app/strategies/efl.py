@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 class Efl(FederatedStrategy):
     """FedAvg's model average, plus the Fisher sums U and V every client trains against."""
 
+    extra_down = "the Fisher sums U and V"
+    extra_up = "its Fisher diagonal"
+
     partial_work = True  # the client scales partial progress by E / s
 
     def __init__(

@@ -29,6 +29,8 @@ from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 class FedAcg(ServerVectorStrategy):
     """Clients start from the lookahead w + lam m; the momentum follows their average."""
 
+    own_start = "the lookahead model w + lambda m"
+
     def __init__(
         self,
         *,

@@ -11,6 +11,8 @@ from server_app.strategies.base import ClientReply, FederatedStrategy
 class FedAvg(FederatedStrategy):
     """w <- sum_k p_k w_k over the round's usable replies (p_k: data size, or an add-on's)."""
 
+    weighting = None  # data sizes, which differential privacy turns uniform
+
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:

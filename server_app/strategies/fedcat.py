@@ -48,6 +48,8 @@ _COPY = "fedcat/copy"  # checkpoint keys fedcat/copy<i>/<layer>
 class FedCat(FederatedStrategy):
     """Chains of K model copies over count-balanced picks from K random groups."""
 
+    own_start = "their chain's model copy"
+
     robust_aggregation = False  # copies are concatenated, not averaged per round
 
     def __init__(

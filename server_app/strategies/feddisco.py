@@ -37,6 +37,7 @@ class DiscoWeighting(ServerAddon):
     """Replaces data-size weights with FedDisco's; keeps the d_k cache (checkpointed)."""
 
     state_prefix = "disco/"
+    weighting = "Disco's discrepancy-aware weights"
 
     def __init__(
         self,

@@ -46,6 +46,8 @@ from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 class FedDyn(ServerVectorStrategy):
     """Uniform model average, dynamic-regulariser state h, clients start from theta_cld."""
 
+    own_start = "the cloud model"
+
     def __init__(
         self,
         *,

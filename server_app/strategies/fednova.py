@@ -31,6 +31,8 @@ from server_app.strategies.base import ClientReply, FederatedStrategy
 class FedNova(FederatedStrategy):
     """Server half of FedNova: normalised averaging with `aggregation_weights` as p_k."""
 
+    weighting = "its local steps (normalised averaging)"
+
     partial_work = True  # updates are normalised by the steps actually taken
     robust_aggregation = False  # normalised updates, combined by FedNova's own rule
 

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 class FoolsGold(FederatedStrategy):
     """Cosine-to-the-mean weighted model average."""
 
+    weighting = "cosine-similarity weights"
+
     _fallback = False  # whether this round's weights fell back to uniform
 
     def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:

@@ -42,6 +42,10 @@ def _positive_int(name: str, value: object) -> int:
 class Scaffold(ServerVectorStrategy):
     """Data-size (or FedDisco) weighted model average plus the global control variate c."""
 
+    extra_down = "the control variate c"
+    extra_up = "the change of its control variate"
+    weighting = None  # data sizes, which differential privacy turns uniform
+
     partial_work = True  # c_i uses the steps actually taken
 
     def __init__(

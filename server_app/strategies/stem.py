@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 class Stem(ServerVectorStrategy):
     """Model and momentum averaged with the same weights."""
 
+    extra_down = "the averaged momentum d"
+    extra_up = "its momentum d"
+
     def __init__(
         self,
         *,

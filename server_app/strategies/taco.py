@@ -47,6 +47,9 @@ INITIAL_ALPHA = 0.1  # alpha_i^0 (it never matters: u = 0 in the first round)
 class Taco(FederatedStrategy):
     """alpha-weighted model average; strikes and expulsion for clients with alpha >= kappa."""
 
+    extra_down = "the last global update u"
+    weighting = "its tailored coefficients alpha_i"
+
     def __init__(
         self,
         *,

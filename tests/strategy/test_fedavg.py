@@ -8,6 +8,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MessageTy
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 
 from fl_system import protocol
+from fl_system.compose import compose_experiment
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.fedprox import FedProx
 from tests.mock_replies import aggregate, plan, reply
@@ -188,3 +189,17 @@ def test_integer_buffers_keep_the_first_replys_value() -> None:
     result = aggregate(FedAvg(), replies, arrays=_model())
     assert result.arrays["w"].numpy().tolist() == [3.5, 7.0]
     assert int(result.arrays["bn.num_batches_tracked"].numpy()) == 9
+
+
+def test_under_central_dp_fedavg_averages_uniformly_and_disco_keeps_its_weights() -> None:
+    """The noise of central DP is calibrated to the plain mean of the clipped updates."""
+    replies = [
+        reply(1, [np.array([1.0, 2.0], np.float32)], partition_id=0, num_examples=1),
+        reply(2, [np.array([4.0, 8.0], np.float32)], partition_id=1, num_examples=3),
+    ]
+    private = FedAvg(experiment=compose_experiment(["privacy=central_fixed"]))
+    np.testing.assert_allclose(aggregate(private, replies).arrays.to_numpy_ndarrays()[0], [2.5, 5])
+    local = FedAvg(experiment=compose_experiment(["privacy=local"]))  # no server noise
+    np.testing.assert_allclose(aggregate(local, replies).arrays.to_numpy_ndarrays()[0], [3.25, 6.5])
+    disco = compose_experiment(["algorithm=feddisco", "privacy=central_fixed"])
+    assert not FedAvg(experiment=disco).uniform_weights  # its own weights, unaccounted

@@ -61,7 +61,7 @@ def _cases() -> Iterator[tuple[str, str, str]]:
 
 def _walked() -> list[tuple[str, str]]:
     groups = {g: g for g in ("algorithm", "dataset", "partition", "model")}
-    groups.update({"robust@aggregation.robust": "robust"})
+    groups.update({"robust@aggregation.robust": "robust", "privacy": "privacy"})
     return [
         (group, option)
         for group, folder in groups.items()
@@ -102,6 +102,8 @@ def test_the_walk_covers_the_shipped_options() -> None:
         ("partition", "dirichlet", "partition.min_size"),
         ("algorithm", "fedavg", "algorithm.disco.a"),
         ("robust@aggregation.robust", "trimmed_mean", "aggregation.robust.trim"),
+        ("privacy", "central_fixed", "privacy.noise_multiplier"),
+        ("privacy", "local", "privacy.epsilon"),
     } <= set(cases)
     assert ("dataset", "synthetic", "dataset.source.alpha") in cases
     assert len(cases) > 60
