@@ -33,6 +33,7 @@ from flwr.supercore.privacy_accounting import (
 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system.experiment import build
 from fl_system.validation import ConfigError
 
 FIXED = ("central_fixed", "client_fixed")  # what Flower's accountant covers
@@ -102,6 +103,20 @@ def check_privacy(cfg: DictConfig, strategy: Any) -> None:
         raise ConfigError(
             f"{head}: Flower's accountant covers fixed clipping only; set privacy.accounting=false"
         )
+    try:  # Flower's own checks of its settings, e.g. adaptive clipping's noise split
+        build_wrapper(cfg, strategy)
+        if cfg.privacy.client is not None:
+            build(cfg.privacy.client, label="privacy")
+    except ValueError as err:
+        raise ConfigError(f"{head}: {err}") from None
+
+
+def build_wrapper(cfg: DictConfig, strategy: Any) -> Any:
+    """Flower's DP wrapper of `privacy.server` around `strategy` (None when there is none)."""
+    if cfg.privacy.server is None:
+        return None
+    wrapper = build(cfg.privacy.server, label="privacy", _partial_=True)
+    return wrapper(strategy=strategy, num_sampled_clients=clients_per_round(cfg))
 
 
 def unaccounted_reason(cfg: DictConfig, strategy: Any) -> str | None:

@@ -19,7 +19,6 @@ from flwr.serverapp.strategy import Strategy
 from omegaconf import DictConfig
 
 from fl_system import privacy
-from fl_system.experiment import build
 from server_app.rounds import RoundRecord
 from server_app.strategies.base import FederatedStrategy
 
@@ -37,8 +36,7 @@ class Privacy:
         self.account: privacy.PrivacyAccount | None = None
         if cfg.privacy.server is None:
             return
-        wrapper = build(cfg.privacy.server, label="privacy", _partial_=True)
-        self.flower = wrapper(strategy=strategy, num_sampled_clients=privacy.clients_per_round(cfg))
+        self.flower = privacy.build_wrapper(cfg, strategy)
         why_not = privacy.unaccounted_reason(cfg, strategy)
         if why_not is not None:
             log.warning("privacy=%s runs unaccounted (no dp_epsilon): %s", self.mode, why_not)

@@ -20,6 +20,10 @@ def _error_lines(stderr: str) -> list[str]:
     ("args", "expected"),
     [
         (["num_rounds=-1"], "num_rounds must be a positive integer, got -1"),
+        (
+            ["algorithm=scaffold", "privacy=central_fixed"],
+            "privacy=central_fixed does not compose with algorithm=scaffold: its replies carry",
+        ),
         (["dataset=digits", "model=mlp", "num_clients=5000"], "5000"),
         (["dataset=digits", "model=cnn"], "cnn: model 'cnn' needs images"),
         (["algorithm=fedprox", "algorithm.mu=-1"], "mu must be >= 0"),
