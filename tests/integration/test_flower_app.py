@@ -33,15 +33,17 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def test_every_algorithm_runs_two_rounds_under_flowers_start(tmp_path: Path) -> None:
-    """One stock ServerApp calls `strategy.start` for each algorithm in turn: each is a Flower
-    Strategy, trains two rounds, and its model beats the initial one."""
+    """One stock ServerApp calls `strategy.start` for each algorithm in turn (and FedAvg with
+    compression both ways): each is a Flower Strategy, trains two rounds, and its model beats
+    the initial one."""
     cases = {name: [*COMMON, f"algorithm={name}", *EXTRA.get(name, [])] for name in ALGORITHMS}
+    cases["fedavg, compressed"] = [*COMMON, "compression.up=topk", "compression.down=fp16"]
     app = write_app(tmp_path / "app", LOOP_APP) / "my_app"
     (app / "cases.json").write_text(json.dumps(cases))
     done = simulate(app / "server_app.py", 2, tmp_path, _env(tmp_path), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((app / "results.json").read_text())
-    assert sorted(results) == ALGORITHMS, done.stderr[-3000:]
+    assert sorted(results) == sorted(cases), done.stderr[-3000:]
     for name, got in results.items():
         assert got["is_flower_strategy"], name
         assert got["train_rounds"] == [1, 2], name
