@@ -35,7 +35,6 @@ from fl_system import protocol
 from fl_system.aggregation import normalized
 from fl_system.experiment import Experiment, as_experiment, build_aggregation, build_server_addons
 from fl_system.robust import WeightedMean, update_norm
-from fl_system.screening import above_median
 from server_app.addons import ServerAddon
 from server_app.compression import UpdateTally
 from server_app.federation import Federation
@@ -47,7 +46,12 @@ from server_app.rounds import (
     RoundResult,
     RoundSteps,
 )
-from server_app.strategies.replies import ClientReply, arrays_like, unpack_replies
+from server_app.strategies.replies import (
+    ClientReply,
+    arrays_like,
+    screen_replies,
+    unpack_replies,
+)
 
 log = logging.getLogger(__name__)
 
@@ -364,28 +368,8 @@ class FederatedStrategy(Strategy):
         aggregation.norm_ratio / examples_ratio x the round's median, with their update norms;
         the others go to `failures` with the figures."""
         norms = [update_norm(r.arrays, self.reference(plan, r.partition_id, r)) for r in replies]
-        counts = [float(r.num_examples) for r in replies]
-        big_norm = above_median(norms, self.norm_ratio)
-        big_count = above_median(counts, self.examples_ratio)
-        kept = []
-        for reply, norm, far, many in zip(replies, norms, big_norm, big_count, strict=True):
-            why = None
-            if far:
-                why = (
-                    f"update norm {norm:.4g} is above aggregation.norm_ratio={self.norm_ratio:g}"
-                    f" x the round's median {float(np.median(norms)):.4g}"
-                )
-            elif many:
-                why = (
-                    f"claims {reply.num_examples} examples, above aggregation.examples_ratio="
-                    f"{self.examples_ratio:g} x the round's median {float(np.median(counts)):g}"
-                )
-            if why is None:
-                kept.append((reply, norm))
-            else:
-                failures.append(
-                    ClientFailure(reply.node_id, f"partition {reply.partition_id}: {why}")
-                )
+        kept, refused = screen_replies(replies, norms, self.norm_ratio, self.examples_ratio)
+        failures.extend(refused)
         return kept
 
     def reference(self, plan: RoundPlan, partition_id: int, reply: ClientReply) -> list[np.ndarray]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 from fl_system import protocol
+from fl_system.screening import above_median
 from server_app.rounds import ClientFailure
 
 
@@ -146,3 +147,35 @@ def arrays_like(template: ArrayRecord, values: list[np.ndarray]) -> ArrayRecord:
     if not template:
         return ArrayRecord.from_numpy_ndarrays(values)
     return ArrayRecord({k: Array(v) for k, v in zip(template.keys(), values, strict=True)})
+
+
+def screen_replies(
+    replies: Sequence[ClientReply],
+    norms: Sequence[float],
+    norm_ratio: float | None,
+    examples_ratio: float | None,
+) -> tuple[list[tuple[ClientReply, float]], list[ClientFailure]]:
+    """(reply, update norm) of the replies within `norm_ratio` x the round's median update
+    norm and `examples_ratio` x its median example count; the others as failures with the
+    figures (None: that screen is off)."""
+    counts = [float(r.num_examples) for r in replies]
+    big_norm = above_median(norms, norm_ratio)
+    big_count = above_median(counts, examples_ratio)
+    kept, failures = [], []
+    for reply, norm, far, many in zip(replies, norms, big_norm, big_count, strict=True):
+        why = None
+        if far:
+            why = (
+                f"update norm {norm:.4g} is above aggregation.norm_ratio={norm_ratio:g}"
+                f" x the round's median {float(np.median(norms)):.4g}"
+            )
+        elif many:
+            why = (
+                f"claims {reply.num_examples} examples, above aggregation.examples_ratio="
+                f"{examples_ratio:g} x the round's median {float(np.median(counts)):g}"
+            )
+        if why is None:
+            kept.append((reply, norm))
+        else:
+            failures.append(ClientFailure(reply.node_id, f"partition {reply.partition_id}: {why}"))
+    return kept, failures
