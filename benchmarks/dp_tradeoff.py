@@ -115,8 +115,9 @@ def report(args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, at:
     header = [
         "# Differential privacy's price: DP-FedAvg through Flower's wrappers and mods",
         "",
-        f"`python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`, started "
-        f"{at.at:%Y-%m-%d %H:%M %Z}. Every run: `fl-run {' '.join(BASE)}`, {args.rounds} "
+        f"`python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`".replace(" `", "`")
+        + (" (from the saved runs)" if args.render_only else "")
+        + f", {at.at:%Y-%m-%d %H:%M %Z}. Every run: `fl-run {' '.join(BASE)}`, {args.rounds} "
         f"rounds, 1 local epoch, seeds {', '.join(map(str, args.seeds))}; clipping norm C = "
         f"{args.clip:g}, delta = 1e-5.",
         "",
