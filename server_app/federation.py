@@ -19,7 +19,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import protocol, wire
+from fl_system import protocol
 from fl_system.experiment import build_compression, config_to_json
 from fl_system.seeding import derive_seed
 from server_app import stragglers
@@ -149,11 +149,9 @@ class Federation:
         return self.downlink.outgoing(messages, nodes, model)
 
     def received(self, sent: Sequence[Message], replies: Sequence[Message]) -> UpdateTally:
-        """Replies made whole, in place: unpacked, their clients' model versions noted, and
-        compressed updates decoded against the model each node was sent."""
-        for reply in replies:
-            if not reply.has_error():
-                reply.content = wire.unpack(reply.content)
+        """Replies made whole, in place (the courier unpacked them on arrival; Flower's loop
+        gets plain ones): their clients' model versions noted, and compressed updates decoded
+        against the model each node was sent."""
         if self.downlink is not None:
             self.downlink.confirm(replies)
         if self.compression is None:

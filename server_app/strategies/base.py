@@ -31,7 +31,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from omegaconf import OmegaConf
 
-from fl_system import protocol
+from fl_system import privacy, protocol
 from fl_system.aggregation import normalized
 from fl_system.experiment import Experiment, as_experiment, build_aggregation, build_server_addons
 from fl_system.robust import WeightedMean, update_norm
@@ -236,7 +236,7 @@ class FederatedStrategy(Strategy):
 
     def privacy_conflict(self, mode: str) -> str | None:
         """Why Flower's DP in `mode` cannot wrap this rule (None: it can)."""
-        on_clients = mode in ("client_fixed", "client_adaptive", "local")
+        on_clients = mode in privacy.ON_CLIENTS
         if self.extra_up is not None:
             return f"its replies carry {self.extra_up} beside the model"
         if on_clients and self.extra_down is not None:
