@@ -44,21 +44,46 @@ def weighted_average(
     return out
 
 
-EPS = 1e-12  # norms below this count as zero
+EPS = 1e-12  # scores (in [0, 1]) summing to less than this count as all zero
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of `x` divided by its L2 norm, in float64; a zero row stays zero.
+
+    Scale-free: a row is first divided by its largest magnitude, so neither squaring tiny
+    entries (underflow) nor huge ones (overflow) changes the direction, at any finite scale.
+    """
+    rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    peak = np.abs(rows).max(axis=1, keepdims=True)
+    scaled = rows / np.where(peak > 0, peak, 1.0)
+    norms = np.linalg.norm(scaled, axis=1, keepdims=True)
+    return scaled / np.where(norms > 0, norms, 1.0)
+
+
+def relative_norms(x: np.ndarray) -> np.ndarray:
+    """The L2 norm of each row of `x` divided by the largest magnitude in `x`: the rows'
+    norms up to one common factor, so their ratios are exact at any scale."""
+    rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    peak = float(np.abs(rows).max()) if rows.size else 0.0
+    return np.linalg.norm(rows / (peak if peak > 0 else 1.0), axis=1)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """cos(a, b) of two vectors at any scale; 0 when either is zero."""
+    return float(unit_rows(a)[0] @ unit_rows(b)[0])
 
 
 def cosines_to_mean(uploads: np.ndarray) -> np.ndarray:
     """cos(Delta_i, mean_j Delta_j) for each row of `uploads` (clients x parameters), in
-    float64; 0 for a zero row or a zero mean (no NaN). The mean is unweighted."""
+    float64 and at any scale; 0 for a zero row or a zero mean (no NaN). The mean is
+    unweighted; it is taken over the uploads divided by their largest magnitude (the same
+    direction, without overflow)."""
     x = np.asarray(uploads, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"uploads must be a (clients, parameters) array, got shape {x.shape}")
-    norms = np.linalg.norm(x, axis=1)
-    mean = x.mean(axis=0)
-    mean_norm = float(np.linalg.norm(mean))
-    cos = (x @ mean) / np.maximum(norms * mean_norm, EPS)
-    cos[(norms < EPS) | (mean_norm < EPS)] = 0.0
-    return cos
+    peak = float(np.abs(x).max()) if x.size else 0.0
+    mean = (x / (peak if peak > 0 else 1.0)).mean(axis=0)
+    return unit_rows(x) @ unit_rows(mean)[0]
 
 
 def normalized_or_uniform(scores: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +37,13 @@ class Codec(Protocol):
     def decode(self, data: bytes, n: int) -> np.ndarray: ...
 
     def analytic_bits(self, n: int, *, golomb: bool = False) -> float: ...
+
+
+@runtime_checkable
+class Unbiased(Protocol):
+    """A codec whose decode is unbiased, E C(x) = x, with E|C(x) - x|^2 <= omega(n) |x|^2."""
+
+    def variance_bound(self, n: int) -> float: ...
 
 
 # ----- pure functions ---------------------------------------------------------------------
@@ -94,18 +101,41 @@ def golomb_position_bits(q: float) -> float:
     return b_star + 1 / (1 - (1 - q) ** (2**b_star))
 
 
+def feedback_scale(codec: Codec, n: int) -> float:
+    """The factor both ends multiply a decoded tensor of n entries by under error feedback.
+
+    Error feedback keeps its residual bounded only for a contraction, E|x - C(x)|^2 <=
+    (1 - delta)|x|^2 with delta > 0. Top-k, sparse ternary, dense and fp16 are contractions
+    (factor 1). An unbiased codec of variance bound omega is not once omega > 1 (QSGD with
+    sqrt(n) > levels): its residual grows without bound. Scaled by 1 / (1 + omega) it is a
+    contraction with delta = 1 / (1 + omega) (Beznosikov, Horvath, Richtarik, Safaryan, "On
+    Biased Compression for Distributed Learning", 2020, Lemma 1; Stich and Karimireddy, "The
+    Error-Feedback Framework", 2020, use the same scaling).
+    """
+    return 1.0 / (1.0 + codec.variance_bound(n)) if isinstance(codec, Unbiased) else 1.0
+
+
 def with_feedback(
     codec: Codec, x: np.ndarray, residual: np.ndarray | float, rng: np.random.Generator
 ) -> tuple[bytes, np.ndarray, np.ndarray]:
     """(encoding, decoded, new residual) of x plus the residual carried from earlier messages.
 
-    Over any number of messages, the decoded messages plus the last residual sum to the
-    inputs (up to float32 rounding in the kept entries).
+    The decoded tensor is scaled by `feedback_scale` (the receiver does the same). Over any
+    number of messages, the decoded messages plus the last residual sum to the inputs (up to
+    float32 rounding in the kept entries).
     """
     delta = (np.asarray(x, dtype=FLOAT) + residual).astype(FLOAT)
-    data = codec.encode(delta, rng)
-    sent = codec.decode(data, delta.size).reshape(delta.shape)
+    data, sent = transmit(codec, delta, rng, scale=feedback_scale(codec, delta.size))
     return data, sent, delta - sent
+
+
+def transmit(
+    codec: Codec, x: np.ndarray, rng: np.random.Generator, *, scale: float = 1.0
+) -> tuple[bytes, np.ndarray]:
+    """(encoding, what the receiver decodes from it, times `scale`) of a float32 tensor."""
+    x = np.asarray(x, dtype=FLOAT)
+    data = codec.encode(x, rng)
+    return data, codec.decode(data, x.size).reshape(x.shape) * scale
 
 
 def _check_length(data: bytes, expected: int, what: str) -> None:
@@ -271,3 +301,8 @@ class Qsgd:
 
     def analytic_bits(self, n: int, *, golomb: bool = False) -> float:
         return 32.0 + n * self.width
+
+    def variance_bound(self, n: int) -> float:
+        """omega = min(n / s^2, sqrt(n) / s), s the levels (Alistarh et al., QSGD, 2017,
+        Lemma 3.1)."""
+        return min(n / self.levels**2, math.sqrt(n) / self.levels)

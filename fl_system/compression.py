@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl_system.codecs import Codec, CodecError, with_feedback
+from fl_system.codecs import Codec, CodecError, feedback_scale, transmit, with_feedback
 
 _U32 = np.dtype("<u4")
 
@@ -64,23 +64,28 @@ class Compression:
         error feedback). A missing residual counts as zeros (the first message)."""
         encodings, decoded, kept = [], [], []
         for i, tensor in enumerate(update):
-            tensor = np.asarray(tensor, dtype=np.float32)
-            carried = residual[i] if residual is not None and self.error_feedback else 0.0
-            data, sent, left = with_feedback(self.codec, tensor, carried, rng)
+            if self.error_feedback:
+                carried = residual[i] if residual is not None else 0.0
+                data, sent, left = with_feedback(self.codec, tensor, carried, rng)
+                kept.append(left)
+            else:
+                data, sent = transmit(self.codec, tensor, rng)
             encodings.append(data)
             decoded.append(sent)
-            kept.append(left)
         return pack_encodings(encodings), decoded, kept if self.error_feedback else None
 
     def decode(self, blob: np.ndarray, shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
-        """The update's tensors, shaped; CodecError names what does not fit."""
+        """The update's tensors, shaped (and scaled as the sender's error feedback scaled
+        them: `feedback_scale`); CodecError names what does not fit."""
         encodings = unpack_encodings(blob, len(shapes))
         out = []
         for i, (data, shape) in enumerate(zip(encodings, shapes, strict=True)):
+            n = int(np.prod(shape))
             try:
-                out.append(self.codec.decode(data, int(np.prod(shape))).reshape(shape))
+                tensor = self.codec.decode(data, n).reshape(shape)
             except CodecError as err:
                 raise CodecError(f"tensor {i}: {err}") from err
+            out.append(tensor * feedback_scale(self.codec, n) if self.error_feedback else tensor)
         return out
 
     def analytic_bits(self, shapes: Sequence[tuple[int, ...]], *, golomb: bool = False) -> float:

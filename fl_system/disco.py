@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fl_system.aggregation import cosine
+
 METRICS = ("kl", "l1", "l2", "cosine")
 NORMALIZATIONS = ("auto", "sum", "none")
 
@@ -44,7 +46,7 @@ def discrepancy(dist: np.ndarray, target: np.ndarray, metric: str = "kl") -> flo
     if metric == "l1":
         return float(np.abs(d - t).sum())
     if metric == "cosine":
-        return float(1.0 - d @ t / (np.linalg.norm(d) * np.linalg.norm(t)))
+        return 1.0 - cosine(d, t)
     raise ValueError(f"unknown discrepancy metric '{metric}'; choose one of {', '.join(METRICS)}")
 
 

@@ -57,9 +57,13 @@ def client_terms(
     v_g: np.ndarray,
     batch_size: int,
 ) -> ClientTerms:
-    """n_opt, GSNR, cos theta and the minimal distance of every client (spec 1.4, 1.8, 6.7)."""
-    m = np.asarray(means, dtype=np.float64)
-    v = np.asarray(variances, dtype=np.float64)
+    """n_opt, GSNR, cos theta and the minimal distance of every client (spec 1.4, 1.8, 6.7).
+
+    Scale-free: the statistics are first divided by their largest magnitude s (the variances
+    by s^2), so the squared sums below neither underflow nor overflow at any finite scale;
+    only delta2, a squared distance, is scaled back.
+    """
+    m, v, m_g, v_g, scale = _rescaled(means, variances, m_g, v_g)
     big_l = m_g @ m_g + v_g.sum() / batch_size
     big_n = np.einsum("kd,kd->k", m, m) + v.sum(axis=1) / batch_size
     big_m = m @ m_g + np.sqrt(v) @ np.sqrt(v_g) / batch_size
@@ -69,7 +73,20 @@ def client_terms(
     cos = _ratio(big_m, np.sqrt(ln))
     orthogonal = np.maximum(ln - big_m**2, PARALLEL_EPS * ln)
     gsnr = np.where(big_m > 0, _ratio(big_m, np.sqrt(orthogonal)), 0.0)
-    return ClientTerms(n_opt=n_opt, gsnr=gsnr, cos=cos, delta2=delta2)
+    return ClientTerms(n_opt=n_opt, gsnr=gsnr, cos=cos, delta2=delta2 * scale**2)
+
+
+def _rescaled(
+    means: np.ndarray, variances: np.ndarray, m_g: np.ndarray, v_g: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """(m / s, v / s^2, m_g / s, v_g / s^2, s), s the largest of |m|, |m_g|, sqrt(v), sqrt(v_g)
+    (1 when all are zero)."""
+    m, v = np.asarray(means, dtype=np.float64), np.asarray(variances, dtype=np.float64)
+    m_g, v_g = np.asarray(m_g, dtype=np.float64), np.asarray(v_g, dtype=np.float64)
+    parts = (np.abs(m), np.abs(m_g), np.sqrt(v), np.sqrt(v_g))
+    s = max((float(p.max()) for p in parts if p.size), default=0.0)
+    s = s if s > 0 else 1.0
+    return m / s, v / s**2, m_g / s, v_g / s**2, s
 
 
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:

@@ -20,18 +20,20 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fl_system.aggregation import EPS, cosines_to_mean
+from fl_system.aggregation import cosines_to_mean, relative_norms
 
 
 def tailored_coefficients(uploads: np.ndarray) -> np.ndarray:
     """alpha_i for each row of `uploads` (clients x parameters), computed in float64.
 
-    A zero upload, or a zero mean, has cosine 0 and so alpha 0 (no NaN); with one client the
+    Scale-free: uploads multiplied by any positive factor get the same alpha. A zero
+    upload, or a zero mean, has cosine 0 and so alpha 0 (no NaN); with one client the
     magnitude factor 1 - |Delta| / |Delta| is 0.
     """
     cos = cosines_to_mean(uploads)
-    norms = np.linalg.norm(np.asarray(uploads, dtype=np.float64), axis=1)
-    magnitude = 1.0 - norms / max(norms.sum(), EPS)
+    norms = relative_norms(uploads)
+    total = norms.sum()
+    magnitude = 1.0 - norms / total if total > 0 else np.ones_like(norms)
     return magnitude * np.maximum(cos, 0.0)
 
 

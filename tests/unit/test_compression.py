@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.codecs import CodecError, Dense, SparseTernary, TopK
+from fl_system.codecs import CodecError, Dense, Qsgd, SparseTernary, TopK
 from fl_system.compression import Compression, pack_encodings, unpack_encodings
 
 SHAPES = [(3, 4), (5,), (2, 2, 2)]
@@ -62,6 +62,22 @@ def test_error_feedback_carries_what_was_not_sent_across_messages() -> None:
         expected = np.sum([m[i] for m in inputs], axis=0)
         np.testing.assert_allclose(sent_total[i] + residual[i], expected, atol=1e-5)
         assert sent_total[i].shape == shape
+
+
+@pytest.mark.parametrize("feedback", [True, False])
+def test_the_receiver_decodes_what_the_sender_counted_as_sent(feedback: bool) -> None:
+    """QSGD under error feedback is scaled by 1 / (1 + omega) at both ends: the residual
+    the sender keeps is exactly what the receiver did not get."""
+    compression = Compression(Qsgd(levels=2), error_feedback=feedback)
+    message = update()
+    blob, sent, residual = compression.encode(message, None, RNG)
+    for received, kept, original in zip(
+        compression.decode(blob, SHAPES), sent, message, strict=True
+    ):
+        np.testing.assert_array_equal(received, kept)
+        omega = min(original.size / 4, np.sqrt(original.size) / 2)
+        assert np.abs(received).max() <= np.linalg.norm(original) / (1 + omega * feedback) * 1.0001
+    assert (residual is not None) == feedback
 
 
 def test_without_error_feedback_nothing_is_kept_or_carried() -> None:

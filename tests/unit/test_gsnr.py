@@ -99,8 +99,9 @@ def test_step_allocations_by_hand() -> None:
     assert gsnr.allocate_steps([0, 0, 0], 4).tolist() == [4, 4, 4]
 
 
-@pytest.mark.parametrize("scale", [1e-3, 7.0, 1e4])
+@pytest.mark.parametrize("scale", [1e-30, 1e-12, 1e-3, 7.0, 1e4, 1e12, 1e30])
 def test_n_opt_and_gsnr_do_not_change_when_gradients_are_scaled(scale: float) -> None:
+    """n_opt, GSNR and cos theta are scale-free; delta2 scales with the gradients squared."""
     means, variances = _random_stats(4)
     weights = [3, 1, 4, 1]
     before = gsnr.client_terms(
@@ -110,6 +111,8 @@ def test_n_opt_and_gsnr_do_not_change_when_gradients_are_scaled(scale: float) ->
     after = gsnr.client_terms(m, v, *gsnr.global_statistics(m, v, weights), B)
     np.testing.assert_allclose(after.n_opt, before.n_opt, rtol=1e-9)
     np.testing.assert_allclose(after.gsnr, before.gsnr, rtol=1e-9)
+    np.testing.assert_allclose(after.cos, before.cos, rtol=1e-9)
+    np.testing.assert_allclose(after.delta2, scale**2 * before.delta2, rtol=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -29,6 +29,21 @@ def test_aggregated_step_of_the_spec_hand_example() -> None:
     np.testing.assert_allclose(weights @ HAND, [0.649112, 1.133130, 0.431354], atol=5e-7)
 
 
+SMALL = np.array([[1.0, 0.2, 0.0], [0.5, 0.1, 0.3], [3.0, 1.0, 0.0]])
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-30, 1e-7, 1.0, 1e7, 1e30, 1e300])
+def test_alpha_and_weights_do_not_depend_on_the_scale_of_the_uploads(scale: float) -> None:
+    """alpha of these uploads is (0.782006, 0.779281, 0.336594), weights (0.412041, 0.410606,
+    0.177353), at every scale: small updates (late rounds, small learning rates, fp16 models)
+    keep their order, so the strikes still see the echo."""
+    alpha = tailored_coefficients(scale * SMALL)
+    np.testing.assert_allclose(alpha, [0.782006, 0.779281, 0.336594], atol=5e-7)
+    weights, fallback = normalized_or_uniform(alpha)
+    assert not fallback
+    np.testing.assert_allclose(weights, [0.412041, 0.410606, 0.177353], atol=5e-7)
+
+
 def test_all_negative_cosines_fall_back_to_uniform_weights() -> None:
     """Two opposite uploads: the mean is 0, every cosine is 0, so alpha = 0 and the weights
     are uniform (spec A5); one client alone has magnitude factor 0."""
