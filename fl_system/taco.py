@@ -37,6 +37,59 @@ def tailored_coefficients(uploads: np.ndarray) -> np.ndarray:
     return magnitude * np.maximum(cos, 0.0)
 
 
+def correction_constants(
+    local_steps: int | None, gamma: float | None, delta_scale: float | None
+) -> tuple[float, float]:
+    """(gamma, delta_scale) with their defaults resolved (1 / K and K); a bad value is named."""
+    if local_steps is None:
+        raise ValueError(
+            "taco needs train.local_steps (K, the local steps its correction is scaled by), "
+            "e.g. train.local_steps=100"
+        )
+    resolved_gamma = 1.0 / local_steps if gamma is None else gamma
+    if isinstance(resolved_gamma, bool) or not isinstance(resolved_gamma, int | float):
+        raise ValueError(f"algorithm.gamma must be null (1 / K) or a number, got {gamma!r}")
+    if resolved_gamma < 0:
+        raise ValueError(f"algorithm.gamma must be >= 0, got {gamma!r}")
+    resolved_scale = float(local_steps if delta_scale is None else delta_scale)
+    if not resolved_scale > 0:
+        raise ValueError(
+            f"algorithm.delta_scale must be null (K) or a number > 0, got {delta_scale!r}"
+        )
+    return float(resolved_gamma), resolved_scale
+
+
+def literal_uploads(
+    uploads: np.ndarray,
+    last_update: np.ndarray,
+    *,
+    alpha_sent: np.ndarray,
+    steps: np.ndarray,
+    gamma: float,
+    delta_scale: float,
+    local_steps: int,
+) -> np.ndarray:
+    """The uploads as the paper's literal correction (delta_scale = 1) would have left them:
+    Delta_i - (s_i / K) gamma (delta_scale - 1) (1 - alpha_i) u, s_i the client's steps.
+
+    Beyond the literal correction, the K-scaled one puts gamma (K - 1)(1 - alpha_i) u, one
+    vector u for everyone, into every upload: every honest client then leans towards last
+    round's step, as an echo freeloader does, and its cosine to the mean rises (honest alpha
+    0.48 against 0.28 on the same uploads without it; benchmarks/taco_expulsions.md). alpha
+    is computed on these uploads, so it keeps the paper's meaning under either reading; at
+    delta_scale = 1 they are the uploads themselves. The correction is known exactly: the
+    server sent u and alpha_i, and a client adds it on each of its plain SGD steps.
+    """
+    extra = (
+        np.asarray(steps, dtype=np.float64)
+        / local_steps
+        * gamma
+        * (delta_scale - 1.0)
+        * (1.0 - np.asarray(alpha_sent, dtype=np.float64))
+    )
+    return np.asarray(uploads, dtype=np.float64) - extra[:, None] * np.asarray(last_update)[None, :]
+
+
 def correction_per_step(
     last_update: np.ndarray,
     *,

@@ -20,7 +20,7 @@ import torch
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from fl_system import protocol
-from fl_system.taco import correction_per_step
+from fl_system.taco import correction_constants, correction_per_step
 
 
 class TacoRule(LocalRule):
@@ -34,22 +34,8 @@ class TacoRule(LocalRule):
         delta_scale: float | None = None,
         correction: bool = True,
     ) -> None:
-        if local_steps is None:
-            raise ValueError(
-                "taco needs train.local_steps (K, the local steps its correction is scaled by), "
-                "e.g. train.local_steps=100"
-            )
-        self.local_steps = int(local_steps)
-        self.gamma = 1.0 / self.local_steps if gamma is None else gamma
-        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int | float):
-            raise ValueError(f"algorithm.gamma must be null (1 / K) or a number, got {gamma!r}")
-        if self.gamma < 0:
-            raise ValueError(f"algorithm.gamma must be >= 0, got {gamma!r}")
-        self.delta_scale = float(self.local_steps if delta_scale is None else delta_scale)
-        if not self.delta_scale > 0:
-            raise ValueError(
-                f"algorithm.delta_scale must be null (K) or a number > 0, got {delta_scale!r}"
-            )
+        self.gamma, self.delta_scale = correction_constants(local_steps, gamma, delta_scale)
+        self.local_steps = int(local_steps)  # correction_constants refused None
         self.correction = bool(correction)
 
     def begin(self, ctx: LocalContext) -> None:

@@ -11,7 +11,12 @@ first). Each round
     sent up:    the local model w_i; the server takes Delta_i = w - w_i
     alpha_i  <- (1 - |Delta_i| / sum_j |Delta_j|) max(cos(Delta_i, mean_j Delta_j), 0)
     w        <- sum_i alpha_i w_i / sum_i alpha_i      (eta_g = K lr; uniform if all alpha = 0)
-    strike   for alpha_i >= kappa; lam strikes expel the partition for good
+    strike   for alpha_i >= kappa after the first warmup_rounds; lam strikes expel the
+             partition for good
+
+Delta_i in alpha is the upload less the share of the correction that the K-scaled reading
+(delta_scale = K) adds beyond the literal one (`fl_system.taco.literal_uploads`), so that
+alpha keeps the paper's meaning; the aggregation averages the models as they came.
 
 Norms and cosines use the float layers of the model (every parameter the clients train, plus
 float buffers, which the models here do not have). Dataset sizes play no part (spec A7).
@@ -33,7 +38,12 @@ from flwr.app import ConfigRecord, RecordDict
 from fl_system import protocol
 from fl_system.aggregation import normalized_or_uniform
 from fl_system.experiment import Experiment
-from fl_system.taco import record_strikes, tailored_coefficients
+from fl_system.taco import (
+    correction_constants,
+    literal_uploads,
+    record_strikes,
+    tailored_coefficients,
+)
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
@@ -59,6 +69,11 @@ class Taco(FederatedStrategy):
         lam: int | None = None,
         expel: bool = True,
         tailored_aggregation: bool = True,
+        local_steps: int | None = None,
+        gamma: float | None = None,
+        delta_scale: float | None = None,
+        tailored_correction: bool = True,
+        warmup_rounds: int = 0,
         addons: Sequence[ServerAddon] | None = None,
         experiment: Experiment | None = None,
     ) -> None:
@@ -69,8 +84,20 @@ class Taco(FederatedStrategy):
             lam = math.ceil(num_rounds / 5)
         if isinstance(lam, bool) or not isinstance(lam, int) or lam < 1:
             raise ValueError(f"algorithm.lam must be null (T / 5) or an integer >= 1, got {lam!r}")
+        if (
+            isinstance(warmup_rounds, bool)
+            or not isinstance(warmup_rounds, int)
+            or warmup_rounds < 0
+        ):
+            raise ValueError(
+                f"algorithm.warmup_rounds must be an integer >= 0, got {warmup_rounds!r}"
+            )
         self.num_clients, self.kappa, self.lam = int(num_clients), float(kappa), lam
+        self.warmup_rounds = warmup_rounds
         self.expel, self.tailored_aggregation = bool(expel), bool(tailored_aggregation)
+        self.local_steps = local_steps
+        self.gamma, self.delta_scale = correction_constants(local_steps, gamma, delta_scale)
+        self.tailored_correction = bool(tailored_correction)
         self.alpha = np.full(self.num_clients, INITIAL_ALPHA)
         self.strikes = np.zeros(self.num_clients, dtype=np.int64)
         self.expelled_at = np.zeros(self.num_clients, dtype=np.int64)  # round, 0 = not expelled
@@ -104,7 +131,7 @@ class Taco(FederatedStrategy):
     def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:
         """alpha_i / sum alpha from this round's uploads (which also sets the alpha_i that
         clients correct with next round), or uniform without tailored aggregation."""
-        alpha = tailored_coefficients(flat_uploads(plan.arrays, replies))
+        alpha = tailored_coefficients(self.literal_uploads(plan, replies))
         self._round = {
             r.partition_id: (float(self.alpha[r.partition_id]), float(a))
             for r, a in zip(replies, alpha, strict=True)
@@ -119,6 +146,29 @@ class Taco(FederatedStrategy):
             return [1.0] * len(replies)
         return weights.tolist()
 
+    def literal_uploads(self, plan: RoundPlan, replies: list[ClientReply]) -> np.ndarray:
+        """Delta_i less the correction the K-scaled reading adds beyond the paper's literal
+        one (`fl_system.taco.literal_uploads`), over the float layers: what alpha compares.
+        A client's steps are its reported count, at most K (stragglers run fewer)."""
+        uploads = flat_uploads(plan.arrays, replies)
+        if not self.tailored_correction or self.delta_scale == 1.0:
+            return uploads
+        u = self.last_update.ensure(plan.arrays)
+        assert self.local_steps is not None  # correction_constants refused None
+        steps = [
+            min(float(r.metrics.get(protocol.NUM_STEPS, self.local_steps)), self.local_steps)
+            for r in replies
+        ]
+        return literal_uploads(
+            uploads,
+            np.concatenate([u[name].reshape(-1) for name in float_layers(plan.arrays)]),
+            alpha_sent=np.array([self.alpha[r.partition_id] for r in replies]),
+            steps=np.maximum(steps, 0.0),
+            gamma=self.gamma,
+            delta_scale=self.delta_scale,
+            local_steps=self.local_steps,
+        )
+
     def aggregate(
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> list[np.ndarray]:
@@ -132,6 +182,8 @@ class Taco(FederatedStrategy):
         new_alpha = {pid: a for pid, (_, a) in self._round.items()}
         for pid, a in new_alpha.items():
             self.alpha[pid] = a
+        if plan.round <= self.warmup_rounds:
+            return new_model  # early rounds, where honest updates agree too: no strikes
         strikes, expelled = record_strikes(
             new_alpha,
             {pid: int(self.strikes[pid]) for pid in new_alpha},

@@ -30,7 +30,9 @@ def _global(w: list[float] | None = None) -> ArrayRecord:
     )
 
 
-def _replies(deltas: list[list[float]], start: list[float] | None = None) -> list:
+def _replies(
+    deltas: list[list[float]], start: list[float] | None = None, steps: list[int] | None = None
+) -> list:
     w = np.array(start or [0.0, 0.0], np.float32)
     return [
         reply(
@@ -38,13 +40,17 @@ def _replies(deltas: list[list[float]], start: list[float] | None = None) -> lis
             [w - np.array(d, np.float32), np.array([7], np.int64)],
             partition_id=pid,
             num_examples=10 * (pid + 1),  # TACO ignores data sizes
+            metrics={protocol.NUM_STEPS: K if steps is None else steps[pid]},
         )
         for pid, d in enumerate(deltas)
     ]
 
 
+K = 4
+
+
 def _taco(**kwargs) -> Taco:
-    return Taco(**{"num_clients": 3, "num_rounds": 10, **kwargs})
+    return Taco(**{"num_clients": 3, "num_rounds": 10, "local_steps": K, **kwargs})
 
 
 def test_alpha_by_hand_for_three_clients_and_the_weighted_update() -> None:
@@ -75,6 +81,25 @@ def test_next_round_sends_the_last_update_and_each_clients_alpha() -> None:
         np.testing.assert_allclose(u["w"].numpy(), -new["w"].numpy())  # w_prev - w, w_prev = 0
         alpha = msg.content.config_records[protocol.CONFIG][protocol.TACO_ALPHA]
         assert alpha == pytest.approx(ALPHA[pid], abs=1e-12)
+
+
+@pytest.mark.parametrize("delta_scale", [None, 1.0])
+def test_alpha_compares_the_uploads_without_the_k_scaled_share_of_the_correction(
+    delta_scale: float | None,
+) -> None:
+    """Round 2, u = (1, -3), every alpha sent 0.2, K = 4, gamma = 1/4: under the K-scaled
+    reading each client adds (s / K) gamma (K - 1)(1 - 0.2) u = 0.6 (s / K) u beyond the
+    literal correction (client 0 a straggler with s = 2 steps: 0.3 u). Taken out again, alpha
+    is the hand value of DELTAS; read literally (delta_scale 1) nothing is taken out."""
+    strategy = _taco(delta_scale=delta_scale)
+    strategy.alpha[:] = 0.2
+    u = np.array([1.0, -3.0])
+    strategy.last_update.ensure(_global())["w"][:] = u
+    share = [0.3, 0.6, 0.6] if delta_scale is None else [0.0, 0.0, 0.0]
+    shifted = [list(np.array(d) + c * u) for d, c in zip(DELTAS, share, strict=True)]
+    result = aggregate(strategy, _replies(shifted, steps=[2, K, K]), arrays=_global(), rnd=2)
+    for pid, a in enumerate(ALPHA):
+        assert result.metrics[f"alpha_{pid}"] == pytest.approx(a, abs=1e-6)
 
 
 def test_untailored_aggregation_averages_uniformly_but_still_scores() -> None:
@@ -110,6 +135,17 @@ def test_expelled_after_exactly_lam_strikes_then_refused_and_never_sampled() -> 
     ]
 
 
+def test_no_strikes_in_the_warm_up_rounds() -> None:
+    """warmup_rounds = 2: client 2's alpha (0.586 >= 0.55) gives no strike in rounds 1 and 2;
+    with lam = 1 it is expelled in round 3, the first round that counts."""
+    strategy = _taco(kappa=0.55, lam=1, warmup_rounds=2)
+    for rnd in (1, 2):
+        result = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=rnd)
+        assert result.metrics["flagged"] == 1 and strategy.strikes.tolist() == [0, 0, 0]
+    aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=3)
+    assert strategy.excluded() == frozenset({2}) and strategy.expelled_at[2] == 3
+
+
 def test_strikes_without_expulsion_when_expel_is_off() -> None:
     strategy = _taco(kappa=0.55, lam=1, expel=False)
     aggregate(strategy, _replies(DELTAS), arrays=_global())
@@ -136,6 +172,7 @@ def test_state_survives_a_checkpoint() -> None:
         ({"kappa": 0.0}, r"algorithm.kappa must be a number in \(0, 1\], got 0.0"),
         ({"kappa": 1.5}, r"algorithm.kappa must be a number in \(0, 1\], got 1.5"),
         ({"lam": 0}, r"algorithm.lam must be null \(T / 5\) or an integer >= 1, got 0"),
+        ({"warmup_rounds": -1}, r"algorithm.warmup_rounds must be an integer >= 0, got -1"),
     ],
 )
 def test_bad_server_settings_are_named(kwargs: dict, message: str) -> None:
