@@ -5,7 +5,8 @@ part of TACO lifts honest clients' alpha; Table II and VIII rows at the reproduc
 Short runs (runtime=simulation, mnist5k, 12 rounds, K = 20, lam = 3, echo freeloaders 0 and
 7, seed 2): two settings, each with `--before REV`'s code (a worktree) and this checkout's;
 with the earlier code also the first setting with the correction read literally and with no
-correction at all. Long runs: `taco_reproduction.py`'s freeloader setting (20 clients, 8 echo
+correction at all; with this checkout's also the second with no strikes in rounds 1-4.
+Long runs: `taco_reproduction.py`'s freeloader setting (20 clients, 8 echo
 freeloaders, K = 100, 50 rounds, expulsion off) with this checkout's code, one per seed.
 
     python benchmarks/taco_expulsions.py --before <rev>     # about 40 minutes alone
@@ -58,6 +59,7 @@ DIAGNOSES = {  # with the earlier code, on the first setting
     "correction read literally (delta_scale 1)": ("algorithm.delta_scale=1",),
     "no correction (tailored_correction false)": ("algorithm.tailored_correction=false",),
 }
+WARM_UP = ("8 clients, Dirichlet 0.5", "algorithm.warmup_rounds=4")  # with the new code
 BEFORE_REPORT = "taco_reproduction.md of 2026-11-25 (commit 1d50c89)"
 BEFORE_TABLE2 = {"A": "0.42 ± 0.02", "B": "0.37 ± 0.02", "C": "0.41 ± 0.02", "free": "0.88 ± 0.05"}
 BEFORE_TABLE8 = {0.4: "100 % / 97.2 %", 0.5: "100 % / 55.6 %", 0.6: "100 % / 2.8 %"}
@@ -192,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
             for setting, own in SETTINGS.items():
                 for code in (before, after):
                     short[setting, code.label] = short_run(code, (*SHORT, *own), Path(scratch))
+            setting, extra = WARM_UP
+            short[setting, f"after, {extra}"] = short_run(
+                after, (*SHORT, *SETTINGS[setting], extra), Path(scratch)
+            )
             first = next(iter(SETTINGS))
             for label, extra in DIAGNOSES.items():
                 overrides = (*SHORT, *SETTINGS[first], *extra)
