@@ -21,7 +21,7 @@ from client_app.compression import RESIDUAL, compress_model
 from client_app.state import ClientState
 from fl_system import protocol
 from fl_system.codecs import SparseTernary, TopK
-from fl_system.compression import Compression
+from fl_system.compression import Compression, array_blob, blob_array
 from fl_system.golomb import encode_positions
 from server_app.compression import expand_replies
 from server_app.strategies.fedavg import FedAvg
@@ -118,14 +118,14 @@ def test_undecodable_replies_are_set_aside_with_the_reason_and_the_rest_is_used(
     sent = [sent_to(n) for n in (1, 2, 3, 4)]
     good = client_reply(sent[0], compression, trained(0.1), state(tmp_path, 0), 0)
     truncated = client_reply(sent[1], compression, trained(0.2), state(tmp_path, 1), 1)
-    blob = truncated.content.array_records[protocol.UPDATE][protocol.BLOB].numpy()
-    truncated.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: Array(blob[:-3])})
+    blob = array_blob(truncated.content.array_records[protocol.UPDATE][protocol.BLOB])
+    truncated.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: blob_array(blob[:-3])})
     out_of_range = client_reply(sent[2], compression, trained(0.3), state(tmp_path, 2), 2)
     bad_w = np.ones(5, np.float32).tobytes() + encode_positions(np.array([1, 2, 3, 4, 20]), 21)
     bad_b = np.ones(1, np.float32).tobytes() + encode_positions(np.array([0]), 5)
     header = np.array([2, len(bad_w), len(bad_b)], "<u4").tobytes()  # 2 tensors and their sizes
     blob = np.frombuffer(header + bad_w + bad_b, np.uint8)
-    out_of_range.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: Array(blob)})
+    out_of_range.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: blob_array(blob)})
     stranger = client_reply(sent_to(9), compression, trained(0.1), state(tmp_path, 3), 3)
 
     replies = [good, truncated, out_of_range, stranger]
