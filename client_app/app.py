@@ -225,9 +225,9 @@ def _train(msg: Message, context: Context) -> Message:
         end = {k: v.numpy() for k, v in got.model.state_dict().items()}
         received = got.received.array_records[protocol.ARRAYS]
         dense, update = compress_model(compression, received, end, got.state, rng)
-        content = RecordDict(
-            {protocol.ARRAYS: dense, protocol.UPDATE: update, protocol.METRICS: metrics}
-        )
+        content = RecordDict({protocol.UPDATE: update, protocol.METRICS: metrics})
+        if len(dense):  # an empty record would still cost its own object and a reference
+            content[protocol.ARRAYS] = dense
     for name, record in extras.items():
         content[name] = record
     return _reply(content, msg)

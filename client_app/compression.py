@@ -15,7 +15,7 @@ from flwr.app import Array, ArrayRecord, RecordDict
 
 from client_app.state import ClientState
 from fl_system import protocol
-from fl_system.compression import Compression, is_compressed
+from fl_system.compression import Compression, blob_array, is_compressed
 
 RESIDUAL = "compression-up-residual"  # the client state record of the residual
 
@@ -27,7 +27,8 @@ def compress_model(
     state: ClientState,
     rng: np.random.Generator,
 ) -> tuple[ArrayRecord, ArrayRecord]:
-    """(the dense rest of the model, the encoded update) for a reply; keeps the residual."""
+    """(the dense rest of the model, the encoded update) for a reply; keeps the residual.
+    The rest is empty when every tensor is floating point."""
     reference = dict(zip(start.keys(), start.to_numpy_ndarrays(), strict=True))
     names = [k for k, v in reference.items() if is_compressed(v)]
     update = [np.asarray(end[k], dtype=np.float32) - reference[k] for k in names]
@@ -37,7 +38,7 @@ def compress_model(
     if kept is not None:
         state.save(RESIDUAL, ArrayRecord({k: Array(r) for k, r in zip(names, kept, strict=True)}))
     dense = ArrayRecord({k: Array(np.asarray(end[k])) for k in reference if k not in names})
-    return dense, ArrayRecord({protocol.BLOB: Array(blob)})
+    return dense, ArrayRecord({protocol.BLOB: blob_array(blob)})
 
 
 HELD = "compression-down-model"  # client state: the global model it holds (float tensors)

@@ -2,15 +2,17 @@
 
 Every codec turns a float32 tensor into bytes whose length is what its encoding promises,
 and decodes them given the tensor's size (both sides know the model's shapes). Encodings are
-compact: positions packed at the bit width the tensor's size needs, signs as bits, one float
-per tensor where the codec has a scale. A received encoding that does not fit (wrong length,
-positions out of range or not increasing) raises `CodecError` naming the problem.
+compact: kept positions Golomb-Rice coded (`fl_system.golomb`), signs as bits, one float per
+tensor where the codec has a scale. A received encoding that does not fit (wrong length,
+a position stream that is cut short or reaches past the tensor) raises `CodecError` naming
+the problem.
 
 `top_k` keeps exactly k = max(1, floor(q * n)) entries, ties broken towards lower positions.
 `SparseTernary` is top-k followed by one magnitude per tensor (Sattler et al.'s STC; EFL
 spec section 2.6). `with_feedback` adds error feedback to any codec: the part of the input
 that was not sent is carried into the next message. `analytic_bits` gives the bit counts of
-EFL spec section 2.9 (naive positions and Golomb-coded gaps) beside the measured bytes.
+EFL spec section 2.9 (naive ceil(log2 n)-bit positions, and Golomb-coded gaps at the kept
+fraction k / n the codecs send with) beside the measured bytes.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from fl_system.golomb import decode_positions, encode_positions, golomb_position_bits
+
 FLOAT = np.dtype("<f4")
-GOLDEN = (1 + math.sqrt(5)) / 2
 
 
 class CodecError(ValueError):
@@ -91,16 +94,6 @@ def packed_size(count: int, width: int) -> int:
     return (count * width + 7) // 8
 
 
-def golomb_position_bits(q: float) -> float:
-    """Mean bits per position when the gaps between kept positions are Golomb-coded, for a
-    kept fraction q (STC; EFL spec 2.9): b* + 1 / (1 - (1 - q)^(2^b*)),
-    b* = 1 + floor(log2(ln(phi - 1) / ln(1 - q)))."""
-    if q >= 1:
-        return 1.0  # every position kept: one bit says "next"
-    b_star = 1 + math.floor(math.log2(math.log(GOLDEN - 1) / math.log(1 - q)))
-    return b_star + 1 / (1 - (1 - q) ** (2**b_star))
-
-
 def feedback_scale(codec: Codec, n: int) -> float:
     """The factor both ends multiply a decoded tensor of n entries by under error feedback.
 
@@ -143,14 +136,12 @@ def _check_length(data: bytes, expected: int, what: str) -> None:
         raise CodecError(f"{what}: expected {expected} bytes, got {len(data)}")
 
 
-def _positions(data: bytes, n: int, k: int) -> np.ndarray:
-    """Packed positions, checked: in range and strictly increasing."""
-    positions = unpack_uints(data, position_width(n), k).astype(np.int64)
-    if positions.size and positions[-1] >= n:
-        raise CodecError(f"position {positions[-1]} is outside a tensor of {n} entries")
-    if np.any(np.diff(positions) <= 0):
-        raise CodecError("positions are not strictly increasing")
-    return positions
+def read_positions(data: bytes, n: int, k: int) -> np.ndarray:
+    """The k Golomb-Rice coded positions in `data` (the whole of it), in 0..n-1."""
+    try:
+        return decode_positions(data, n, k)
+    except ValueError as err:
+        raise CodecError(str(err)) from err
 
 
 def _check_q(q: float) -> float:
@@ -200,25 +191,25 @@ class _Sparse:
         _check_q(self.q)
 
     def _kept_bits(self, n: int, per_entry: int, golomb: bool) -> float:
-        position = golomb_position_bits(self.q) if golomb else position_width(n)
-        return kept_count(n, self.q) * (per_entry + position)
+        k = kept_count(n, self.q)
+        return k * (per_entry + (golomb_position_bits(k / n) if golomb else position_width(n)))
 
 
 @dataclass(frozen=True)
 class TopK(_Sparse):
-    """The k largest magnitudes with their float32 values: positions, then values."""
+    """The k largest magnitudes: their float32 values, then their positions."""
 
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> bytes:
         flat = np.asarray(x, dtype=FLOAT).reshape(-1)
         kept = top_k(flat, kept_count(flat.size, self.q))
-        return pack_uints(kept, position_width(flat.size)) + flat[kept].tobytes()
+        return flat[kept].tobytes() + encode_positions(kept, flat.size)
 
     def decode(self, data: bytes, n: int) -> np.ndarray:
         k = kept_count(n, self.q)
-        split = packed_size(k, position_width(n))
-        _check_length(data, split + 4 * k, f"top-k tensor (n={n}, k={k})")
+        if len(data) < 4 * k:
+            raise CodecError(f"top-k tensor (n={n}, k={k}): expected {4 * k}+ bytes")
         out = np.zeros(n, dtype=FLOAT)
-        out[_positions(data[:split], n, k)] = np.frombuffer(data[split:], dtype=FLOAT)
+        out[read_positions(data[4 * k :], n, k)] = np.frombuffer(data[: 4 * k], dtype=FLOAT)
         return out
 
     def analytic_bits(self, n: int, *, golomb: bool = False) -> float:
@@ -228,8 +219,8 @@ class TopK(_Sparse):
 @dataclass(frozen=True)
 class SparseTernary(_Sparse):
     """Top-k, then every kept entry becomes mu * sign, mu the mean kept magnitude: mu, the
-    count of non-zero kept entries (a kept zero stays zero), their positions and signs (one
-    bit each, 1 = negative). q = 1 still ternarises: it is not the identity."""
+    count of non-zero kept entries (a kept zero stays zero), their signs (one bit each,
+    1 = negative) and their positions. q = 1 still ternarises: it is not the identity."""
 
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> bytes:
         flat = np.asarray(x, dtype=FLOAT).reshape(-1)
@@ -237,8 +228,8 @@ class SparseTernary(_Sparse):
         mu = np.abs(flat[kept]).mean(dtype=np.float64)
         kept = kept[flat[kept] != 0]
         header = np.array([mu], dtype=FLOAT).tobytes() + np.array([kept.size], "<u4").tobytes()
-        positions = pack_uints(kept, position_width(flat.size))
-        return header + positions + np.packbits(flat[kept] < 0).tobytes()
+        signs = np.packbits(flat[kept] < 0).tobytes()
+        return header + signs + encode_positions(kept, flat.size)
 
     def decode(self, data: bytes, n: int) -> np.ndarray:
         if len(data) < 8:
@@ -249,11 +240,12 @@ class SparseTernary(_Sparse):
             raise CodecError(f"ternary magnitude {mu} is not a finite non-negative number")
         if count > kept_count(n, self.q):
             raise CodecError(f"{count} ternary entries, more than k = {kept_count(n, self.q)}")
-        split = 8 + packed_size(count, position_width(n))
-        _check_length(data, split + packed_size(count, 1), f"ternary tensor (n={n}, {count} kept)")
-        signs = np.unpackbits(np.frombuffer(data[split:], dtype=np.uint8))[:count]
+        split = 8 + packed_size(count, 1)
+        if len(data) < split:
+            raise CodecError(f"ternary tensor (n={n}, {count} kept): expected {split}+ bytes")
+        signs = np.unpackbits(np.frombuffer(data[8:split], dtype=np.uint8))[:count]
         out = np.zeros(n, dtype=FLOAT)
-        out[_positions(data[8:split], n, count)] = np.where(signs == 1, -mu, mu)
+        out[read_positions(data[split:], n, count)] = np.where(signs == 1, -mu, mu)
         return out
 
     def analytic_bits(self, n: int, *, golomb: bool = False) -> float:

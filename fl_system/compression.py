@@ -1,5 +1,7 @@
 """Compression of a whole model update: one codec per tensor, optional error feedback, and one
-byte blob on the wire (a uint32 tensor count, a uint32 length per tensor, the encodings).
+byte blob on the wire (a uint32 tensor count, a uint32 length per tensor, the encodings),
+carried as raw bytes in one Array (`blob_array`): no .npy header, which would weigh 128 bytes
+beside a sparse update of a couple of kB.
 
 Built from `compression.up` / `compression.down` (a codec from `fl_system.codecs` and
 `error_feedback`). The sender keeps its residual between messages (client state for the
@@ -13,10 +15,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from flwr.app import Array
 
 from fl_system.codecs import Codec, CodecError, feedback_scale, transmit, with_feedback
 
 _U32 = np.dtype("<u4")
+RAW = "raw"  # the stype of a blob's Array: its bytes as they are
+
+
+def blob_array(blob: np.ndarray) -> Array:
+    """An encoded update as an Array of its bytes alone."""
+    data = np.asarray(blob, dtype=np.uint8).tobytes()
+    return Array(dtype="uint8", shape=(len(data),), stype=RAW, data=data)
+
+
+def array_blob(array: Array) -> np.ndarray:
+    """The bytes `blob_array` wrapped; another kind of Array raises CodecError."""
+    if array.stype != RAW or array.dtype != "uint8":
+        raise CodecError(f"an encoded update travels as raw bytes, got a {array.stype} Array")
+    return np.frombuffer(array.data, dtype=np.uint8)
 
 
 def is_compressed(array: np.ndarray) -> bool:

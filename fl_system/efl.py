@@ -13,15 +13,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from fl_system.codecs import (
-    CodecError,
-    kept_count,
-    pack_uints,
-    packed_size,
-    position_width,
-    top_k,
-    unpack_uints,
-)
+from fl_system.codecs import CodecError, kept_count, read_positions, top_k
+from fl_system.golomb import encode_positions
 
 T = TypeVar("T")  # np.ndarray or torch.Tensor
 
@@ -80,8 +73,8 @@ def encode_fisher(
 ) -> tuple[np.ndarray, np.ndarray, bytes | None]:
     """(u, v, packed positions) of one tensor as they travel (spec 2.9 `fisher_comm`):
     dense float32 (the paper; no positions), float16, or `topk`: the k = max(1, floor(q n))
-    largest u with the v at the same positions, float32, positions packed at ceil(log2 n)
-    bits. v is never ternarised: V / U must stay a weighted mean of models."""
+    largest u with the v at the same positions, float32, positions Golomb-Rice coded
+    (`fl_system.golomb`). v is never ternarised: V / U must stay a weighted mean of models."""
     u = np.asarray(u, dtype=np.float32)
     v = np.asarray(v, dtype=np.float32)
     if comm == "dense":
@@ -90,7 +83,7 @@ def encode_fisher(
         return u.astype(np.float16), v.astype(np.float16), None
     if comm == "topk":
         kept = top_k(u, kept_count(u.size, q))
-        positions = pack_uints(kept, position_width(u.size))
+        positions = encode_positions(kept, u.size)
         return u.reshape(-1)[kept], v.reshape(-1)[kept], positions
     raise ValueError(f"fisher_comm must be one of {', '.join(FISHER_COMM)}, got {comm!r}")
 
@@ -108,12 +101,9 @@ def decode_fisher(
         if u.size != n:
             raise CodecError(f"{u.size} entries sent for a tensor of {n}")
         return u.astype(np.float32).reshape(shape), v.astype(np.float32).reshape(shape)
-    width = position_width(n)
-    if not 1 <= u.size <= n or len(positions) != packed_size(u.size, width):
-        raise CodecError(f"{u.size} values and {len(positions)} position bytes do not fit {n}")
-    kept = unpack_uints(positions, width, u.size).astype(np.int64)
-    if kept[-1] >= n or (np.diff(kept) <= 0).any():
-        raise CodecError("positions out of range or not increasing")
+    if not 1 <= u.size <= n:
+        raise CodecError(f"{u.size} values do not fit a tensor of {n}")
+    kept = read_positions(positions, n, u.size)
     dense_u, dense_v = np.zeros(n, np.float32), np.zeros(n, np.float32)
     dense_u[kept], dense_v[kept] = u, v
     return dense_u.reshape(shape), dense_v.reshape(shape)

@@ -17,7 +17,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from fl_system import protocol
 from fl_system.codecs import CodecError
-from fl_system.compression import Compression, is_compressed
+from fl_system.compression import Compression, array_blob, is_compressed
 
 
 @dataclass
@@ -47,7 +47,7 @@ def expand_replies(
         try:
             if reference is None:
                 raise CodecError("an update for a model this node was not sent")
-            blob = reply.content.array_records[protocol.UPDATE][protocol.BLOB].numpy()
+            blob = array_blob(reply.content.array_records[protocol.UPDATE][protocol.BLOB])
             arrays, shapes = _whole_model(compression, reference, reply.content, blob)
         except (CodecError, KeyError, ValueError) as err:
             reply.content = _rejected(reply.content, f"compressed update rejected: {err}")
@@ -63,8 +63,8 @@ def expand_replies(
 def _whole_model(
     compression: Compression, reference: ArrayRecord, content: RecordDict, blob: np.ndarray
 ) -> tuple[ArrayRecord, list[tuple[int, ...]]]:
-    """reference + decoded update for the codec's tensors, the reply's own for the rest; and
-    the shapes of the codec's tensors."""
+    """reference + decoded update for the codec's tensors, the reply's own for the rest (a
+    reply whose model is all floating point sends no rest); and the codec's tensors' shapes."""
     dense = content.array_records.get(protocol.ARRAYS, ArrayRecord())
     base = dict(zip(reference.keys(), reference.to_numpy_ndarrays(), strict=True))
     names = [k for k, v in base.items() if is_compressed(v)]

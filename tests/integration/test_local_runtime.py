@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from fl_system.checkpoint import load_checkpoint
-from fl_system.codecs import kept_count, packed_size, position_width
+from fl_system.codecs import kept_count
+from fl_system.golomb import golomb_position_bits
 from fl_system.launch.processes import alive, descendants
 from fl_system.results import MetricsLog
 from tests.integration.conftest import (
@@ -86,8 +87,8 @@ def test_efl_with_sparse_ternary_both_ways_moves_a_fraction_of_dense_bytes(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """EFL over gRPC with st at q = 1/100 up and down and top-k u, v (fisher_comm=topk): in
-    round 2 each reply carries the ST update (spec 2.9's naive bits) and the k largest u with
-    their v (two float32 and a packed position each) and its framing, so the bytes up are
+    round 2 each reply carries the ST update (spec 2.9's Golomb bits) and the k largest u with
+    their v (two float32 and a Golomb-coded position each) and its framing, so the bytes up are
     below dense FedAvg's 32 bits per parameter per client by that ratio (more than 15x); so
     are the bytes down (one broadcast, U and V), the clients being in sync after round 1."""
     run_dir = tmp_path / "run"
@@ -100,12 +101,11 @@ def test_efl_with_sparse_ternary_both_ways_moves_a_fraction_of_dense_bytes(
     assert [(r["participants"], r["failures"]) for r in rows] == [("2", "0")] * 2
     model = load_checkpoint(run_dir / "checkpoint.npz").model
     dense = 2 * sum(4 * v.size for v in model.values())  # FedAvg: two float32 models a way
-    fisher = 2 * sum(  # per client: k values of u and of v, k positions
-        8 * kept_count(v.size, q) + packed_size(kept_count(v.size, q), position_width(v.size))
-        for v in model.values()
-    )
+    kept = [(kept_count(v.size, q), v.size) for v in model.values()]
+    # per client: k values of u and of v, k Golomb-coded positions (spec 2.9's mean)
+    fisher = 2 * sum(k * (8 + golomb_position_bits(k / n) / 8) for k, n in kept)
     row = rows[1]
-    payload = int(row["update_bits_naive"]) / 8 + fisher
+    payload = int(row["update_bits_golomb"]) / 8 + fisher
     expected = dense / (payload + 2 * FRAMING)
     assert expected > 15  # about 33 on the payload alone, for the digits MLP
     framing = int(row["bytes_up"]) - int(row["update_bytes_up"]) - fisher

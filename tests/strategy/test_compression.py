@@ -20,8 +20,9 @@ from flwr.app import (
 from client_app.compression import RESIDUAL, compress_model
 from client_app.state import ClientState
 from fl_system import protocol
-from fl_system.codecs import SparseTernary, TopK, pack_uints
-from fl_system.compression import Compression
+from fl_system.codecs import SparseTernary, TopK
+from fl_system.compression import Compression, array_blob, blob_array
+from fl_system.golomb import encode_positions
 from server_app.compression import expand_replies
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.replies import unpack_replies
@@ -85,9 +86,9 @@ def test_an_encoded_update_becomes_the_sent_model_plus_the_decoded_update(tmp_pa
     assert whole["b"].numpy()[0] == np.float32(0.1)
     assert whole["steps"].numpy().tolist() == [9]
     assert protocol.UPDATE not in reply.content.array_records
-    assert tally.update_bytes == len(
-        compression.encode([np.zeros((4, 5)), np.zeros(5)], None, RNG)[0]
-    )
+    # header (count, 2 lengths); w: 5 floats, positions 15..19 at b = 1 (17 bits);
+    # b: 1 float, position 0 at b = 2 (3 bits)
+    assert tally.update_bytes == 12 + (4 * 5 + 3) + (4 + 1)
     assert tally.bits_naive == 5 * (32 + 5) + 1 * (32 + 3)
 
 
@@ -117,14 +118,14 @@ def test_undecodable_replies_are_set_aside_with_the_reason_and_the_rest_is_used(
     sent = [sent_to(n) for n in (1, 2, 3, 4)]
     good = client_reply(sent[0], compression, trained(0.1), state(tmp_path, 0), 0)
     truncated = client_reply(sent[1], compression, trained(0.2), state(tmp_path, 1), 1)
-    blob = truncated.content.array_records[protocol.UPDATE][protocol.BLOB].numpy()
-    truncated.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: Array(blob[:-3])})
+    blob = array_blob(truncated.content.array_records[protocol.UPDATE][protocol.BLOB])
+    truncated.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: blob_array(blob[:-3])})
     out_of_range = client_reply(sent[2], compression, trained(0.3), state(tmp_path, 2), 2)
-    bad_w = pack_uints(np.array([1, 2, 3, 4, 31]), 5) + np.ones(5, np.float32).tobytes()
-    bad_b = pack_uints(np.array([0]), 3) + np.ones(1, np.float32).tobytes()
+    bad_w = np.ones(5, np.float32).tobytes() + encode_positions(np.array([1, 2, 3, 4, 20]), 21)
+    bad_b = np.ones(1, np.float32).tobytes() + encode_positions(np.array([0]), 5)
     header = np.array([2, len(bad_w), len(bad_b)], "<u4").tobytes()  # 2 tensors and their sizes
     blob = np.frombuffer(header + bad_w + bad_b, np.uint8)
-    out_of_range.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: Array(blob)})
+    out_of_range.content[protocol.UPDATE] = ArrayRecord({protocol.BLOB: blob_array(blob)})
     stranger = client_reply(sent_to(9), compression, trained(0.1), state(tmp_path, 3), 3)
 
     replies = [good, truncated, out_of_range, stranger]
@@ -133,9 +134,9 @@ def test_undecodable_replies_are_set_aside_with_the_reason_and_the_rest_is_used(
 
     assert [r.partition_id for r in ok] == [0]
     reasons = {f.node_id: f.reason for f in failures}
-    assert reasons[2] == "compressed update rejected: update is 38 bytes, its header announces 41"
+    assert reasons[2] == "compressed update rejected: update is 37 bytes, its header announces 40"
     assert reasons[3] == (
-        "compressed update rejected: tensor 0: position 31 is outside a tensor of 20 entries"
+        "compressed update rejected: tensor 0: position 20 is past a tensor of 20 entries"
     )
     assert reasons[9] == "compressed update rejected: an update for a model this node was not sent"
     # The strategy completes the round with the one usable reply.

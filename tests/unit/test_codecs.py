@@ -16,7 +16,6 @@ from fl_system.codecs import (
     SparseTernary,
     TopK,
     feedback_scale,
-    golomb_position_bits,
     kept_count,
     pack_uints,
     position_width,
@@ -24,6 +23,7 @@ from fl_system.codecs import (
     unpack_uints,
     with_feedback,
 )
+from fl_system.golomb import encode_positions, golomb_bits, golomb_position_bits
 
 RNG = np.random.default_rng(0)
 X = np.array([0.5, -3.0, 0.0, 2.0, -2.0, 1.0, 0.25, -0.125], dtype=np.float32)
@@ -72,16 +72,17 @@ def test_fp16_halves_the_bytes() -> None:
 def test_top_k_keeps_exactly_k_values_and_their_positions() -> None:
     codec = TopK(q=0.375)  # k = 3 of 8
     data = codec.encode(X, rng())
-    # 3 positions of 3 bits (9 bits -> 2 bytes) + 3 float32
-    assert len(data) == 2 + 12
+    # 3 float32, then positions 1, 3, 4 at b = 1: remainders 1 1 0, quotients 0 0 0
+    assert data[:12] == np.array([-3.0, 2.0, -2.0], np.float32).tobytes()
+    assert data[12:] == bytes([0b110_000_00])
     assert codec.decode(data, X.size).tolist() == [0, -3.0, 0, 2.0, -2.0, 0, 0, 0]
 
 
 def test_sparse_ternary_values_are_plus_minus_the_mean_kept_magnitude() -> None:
     codec = SparseTernary(q=0.375)
     data = codec.encode(X, rng())
-    # mu + count + 3 positions of 3 bits (2 bytes) + 3 sign bits (1 byte)
-    assert len(data) == 4 + 4 + 2 + 1
+    # mu, count, 3 sign bits (- + -), positions 1, 3, 4 as for top-k
+    assert data[4:] == np.uint32(3).tobytes() + bytes([0b101_00000, 0b110_000_00])
     mu = np.float32(7.0 / 3)
     assert codec.decode(data, X.size).tolist() == [0, -mu, 0, mu, -mu, 0, 0, 0]
 
@@ -199,12 +200,6 @@ def test_packing_round_trips_and_uses_the_promised_width() -> None:
     assert position_width(1025) == 11
 
 
-def test_golomb_bits_match_the_spec_table() -> None:
-    """EFL spec 2.9: bits per non-zero, Golomb-coded position + 1 sign bit."""
-    for q, bits in ((1 / 25, 7.09), (1 / 100, 9.11), (1 / 400, 11.11)):
-        assert round(golomb_position_bits(q) + 1, 2) == bits
-
-
 def test_analytic_bits() -> None:
     n = 10_000
     assert Dense().analytic_bits(n) == 320_000
@@ -217,13 +212,29 @@ def test_analytic_bits() -> None:
     assert Qsgd(levels=4).analytic_bits(n) == 32 + n * 4
 
 
-@pytest.mark.parametrize("codec", [TopK(q=0.05), SparseTernary(q=0.05), Qsgd(levels=3)])
-def test_measured_bytes_are_the_analytic_naive_bits_plus_framing(codec: object) -> None:
-    """At most two partial bytes, and the ternary codec's 32-bit count of kept entries."""
-    framing = 32 if isinstance(codec, SparseTernary) else 0
+def test_qsgd_bytes_are_its_analytic_bits_rounded_up() -> None:
     for n in (1, 7, 100, 4097):
-        data = codec.encode(RNG.standard_normal(n).astype(np.float32), rng())
-        assert 0 <= 8 * len(data) - codec.analytic_bits(n) - framing < 16
+        data = Qsgd(levels=3).encode(RNG.standard_normal(n).astype(np.float32), rng())
+        assert len(data) == math.ceil(Qsgd(levels=3).analytic_bits(n) / 8)
+
+
+@pytest.mark.parametrize("codec", [TopK(q=0.05), SparseTernary(q=0.05)])
+def test_sparse_bytes_are_the_golomb_bits_of_their_positions_plus_framing(codec: object) -> None:
+    """Exactly: values (32 bits each, or mu and a sign bit each, with the ternary codec's
+    32-bit count), the positions' Golomb-Rice bits, each part padded to a byte; and within
+    2 % + 3 bytes of spec 2.9's analytic Golomb count on a large random tensor."""
+    for n in (1, 7, 100, 4097, 100_000):
+        x = RNG.standard_normal(n).astype(np.float32)
+        data = codec.encode(x, rng())
+        kept = top_k(x, kept_count(n, codec.q))
+        positions = math.ceil(golomb_bits(kept, n) / 8)
+        if isinstance(codec, TopK):
+            assert len(data) == 4 * kept.size + positions
+        else:
+            assert len(data) == 8 + math.ceil(kept.size / 8) + positions
+    framing = 32 if isinstance(codec, SparseTernary) else 0
+    analytic = codec.analytic_bits(n, golomb=True) + framing
+    assert abs(8 * len(data) - analytic) < 0.02 * analytic + 24
 
 
 @pytest.mark.parametrize(
@@ -231,22 +242,22 @@ def test_measured_bytes_are_the_analytic_naive_bits_plus_framing(codec: object) 
 )
 def test_truncated_encodings_are_rejected(codec: object) -> None:
     data = codec.encode(RNG.standard_normal(40).astype(np.float32), rng())
-    with pytest.raises(CodecError, match="expected"):
+    with pytest.raises(CodecError, match=r"expected|position stream"):
         codec.decode(data[:-1], 40)
 
 
 def test_out_of_range_positions_are_rejected() -> None:
-    codec = TopK(q=0.25)  # n = 6 -> k = 1, 3-bit positions: 6 and 7 are out of range
-    data = pack_uints(np.array([6]), 3) + np.float32(1.0).tobytes()
-    with pytest.raises(CodecError, match="position 6 is outside a tensor of 6 entries"):
+    codec = TopK(q=0.25)  # n = 6 -> k = 1, b = 2: remainder 10, quotient 10 -> position 6
+    data = np.float32(1.0).tobytes() + bytes([0b1010_0000])
+    with pytest.raises(CodecError, match="position 6 is past a tensor of 6 entries"):
         codec.decode(data, 6)
 
 
-def test_repeated_positions_are_rejected() -> None:
-    codec = SparseTernary(q=0.5)  # n = 4 -> k = 2
-    header = np.float32(1.0).tobytes() + np.uint32(2).tobytes()
-    data = header + pack_uints(np.array([1, 1]), 2) + bytes(1)
-    with pytest.raises(CodecError, match="strictly increasing"):
+def test_positions_with_trailing_bytes_are_rejected() -> None:
+    codec = SparseTernary(q=0.5)  # n = 4 -> k = 2, b = 0
+    header = np.float32(1.0).tobytes() + np.uint32(2).tobytes() + bytes(1)
+    data = header + encode_positions(np.array([1, 2]), 4) + bytes(1)
+    with pytest.raises(CodecError, match="position stream has 2 bytes, its 2 gaps use 3 bits"):
         codec.decode(data, 4)
 
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flwr.app import Array
 
 from fl_system.codecs import CodecError, Dense, Qsgd, SparseTernary, TopK
-from fl_system.compression import Compression, pack_encodings, unpack_encodings
+from fl_system.compression import (
+    Compression,
+    array_blob,
+    blob_array,
+    pack_encodings,
+    unpack_encodings,
+)
 
 SHAPES = [(3, 4), (5,), (2, 2, 2)]
 RNG = np.random.default_rng(0)
@@ -22,6 +29,16 @@ def test_blob_is_a_count_lengths_and_the_encodings() -> None:
     assert blob.dtype == np.uint8
     assert blob.tobytes() == np.array([3, 2, 0, 3], "<u4").tobytes() + b"abxyz"
     assert unpack_encodings(blob, 3) == [b"ab", b"", b"xyz"]
+
+
+def test_a_blob_travels_as_its_bytes_alone() -> None:
+    """The Array holds exactly the blob's bytes (no .npy header) and gives them back."""
+    blob = pack_encodings([b"ab", b"xyz"])
+    array = blob_array(blob)
+    assert array.data == blob.tobytes()
+    assert array_blob(array).tobytes() == blob.tobytes()
+    with pytest.raises(CodecError, match=r"travels as raw bytes, got a numpy\.ndarray Array"):
+        array_blob(Array(blob))
 
 
 @pytest.mark.parametrize(

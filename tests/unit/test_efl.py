@@ -191,16 +191,17 @@ def test_fp16_fisher_halves_the_bytes() -> None:
 
 
 def test_topk_fisher_keeps_the_largest_u_with_the_v_at_the_same_positions() -> None:
-    """q = 0.5 of 6 entries: k = 3; the two 3.0 and then 2.0; positions 1, 3, 4 at 3 bits."""
+    """q = 0.5 of 6 entries: k = 3; the two 3.0 and then 2.0; positions 1, 3, 4 Golomb-Rice
+    coded at b = 0 (gaps 2, 2, 1 in unary)."""
     u, v, positions = encode_fisher(U6, V6, comm="topk", q=0.5)
     assert u.tolist() == [3.0, 2.0, 3.0] and v.tolist() == [-6.0, 4.0, 1.5]
-    assert positions == bytes([0b001_011_10, 0b0_0000000])  # 1, 3, 4 in 3 bits each
+    assert positions == bytes([0b10_10_0_000])
     du, dv = decode_fisher(u, v, positions, (6,))
     assert du.tolist() == [0.0, 3.0, 0.0, 2.0, 3.0, 0.0]
     assert dv.tolist() == [0.0, -6.0, 0.0, 4.0, 1.5, 0.0]
     # ties go to the lower position, and k >= 1 however small q is
     u, _, positions = encode_fisher(U6, V6, comm="topk", q=0.01)
-    assert u.tolist() == [3.0] and positions == bytes([0b001_00000])
+    assert u.tolist() == [3.0] and positions == bytes([0b01_0_00000])  # b = 2 at k / n = 1/6
 
 
 @pytest.mark.parametrize(
@@ -208,9 +209,10 @@ def test_topk_fisher_keeps_the_largest_u_with_the_v_at_the_same_positions() -> N
     [
         ([1.0, 2.0], [1.0], None, "u has 2 entries but v has 1"),
         ([1.0, 2.0], [1.0, 2.0], None, "2 entries sent for a tensor of 6"),
-        ([1.0], [1.0], bytes([0b111_00000]), "positions out of range"),
-        ([1.0, 2.0], [1.0, 2.0], bytes([0b011_001_00]), "not increasing"),
-        ([1.0], [1.0], bytes(2), "do not fit"),
+        ([1.0], [1.0], bytes([0b11_10_0000]), "position 7 is past a tensor of 6 entries"),
+        ([1.0, 2.0], [1.0, 2.0], bytes([0b01_100_100]), "1 bytes, its 2 gaps use 5 bits"),
+        ([1.0], [1.0], bytes(2), "2 bytes, its 1 gaps use 3 bits"),
+        ([1.0] * 7, [1.0] * 7, b"", "7 values do not fit a tensor of 6"),
     ],
 )
 def test_a_fisher_message_that_does_not_fit_is_refused(u, v, positions, problem) -> None:
