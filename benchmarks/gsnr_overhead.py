@@ -117,7 +117,8 @@ def execute(
     env = code.env(run_dir / "cache")
     env["FL_STATE_DIR"] = str(run_dir / "client-state")
     try:
-        run_fl(command, run_dir / "fl-run.out", 600 + 20 * args.rounds * args.clients, env)
+        timeout = 600 + 20 * args.rounds * args.clients
+        run_fl(command, run_dir / "fl-run.out", timeout, env, cwd=code.root or ROOT)
     except BenchmarkError as err:
         raise BenchmarkError(f"{algorithm} failed (run directory kept: {run_dir})\n{err}") from None
     with (run_dir / "metrics.csv").open(newline="") as handle:
