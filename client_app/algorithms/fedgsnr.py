@@ -1,8 +1,9 @@
 """FedGSNR, client half: gradient statistics at the received global model.
 
 Before any local step the client draws `samples` examples without replacement (all of them
-when it holds fewer), takes exact per-sample gradients of the data loss with `torch.func`
-(vmap of grad) in eval mode, and returns their mean m_k and biased diagonal variance v_k,
+when it holds fewer), takes exact per-sample gradients of the data loss in eval mode
+(`client_app.per_sample`: one batched backward pass for Linear/Conv2d models, else
+torch.func's vmap of grad), and returns their mean m_k and biased diagonal variance v_k,
 flattened over the trainable parameters in `named_parameters()` order (spec 1.2, 1.10).
 The server turns them into this client's number of local steps (`fl_system.gsnr`).
 An add-on (`algorithm.gsnr.client`): local training stays the base algorithm's.
