@@ -2,11 +2,12 @@
 
 Settings are compared leaf by leaf (`train.lr`, `compression.up.name`), except the top-level
 keys of `RESUMABLE_CHANGES`, which do not change what is trained. A checkpoint written before
-a setting existed lacks it: the run had what the code then did, which a new setting's default
-keeps, so a setting the saved config lacks counts as its current default when it is set to that
-default now. An add-on switched off (`enabled: false`) changes nothing whatever its other
-settings say, so its settings are not compared while it is off in the saved run and off or
-gone now (an add-on whose layout changed since).
+a setting existed lacks it, and a new setting must not make such a run unresumable: a setting
+the saved config lacks counts as its default (conf/ with the run's own group options), so
+resuming goes on when it is at that default now and is refused, naming it, when not. An add-on
+switched off (`enabled: false`) changes nothing whatever its other settings say, so its
+settings are not compared while it is off in the saved run and off or gone now (an add-on
+whose layout changed since).
 """
 
 from __future__ import annotations
@@ -49,12 +50,7 @@ def defaults_line(filled: list[str]) -> str:
     return f"the checkpoint predates {', '.join(filled)}: resuming with their defaults"
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "absent"
-
-
-_ABSENT = _Absent()
+_ABSENT = object()
 
 
 def _predates(key: str, now: Any, default: Any) -> str:
