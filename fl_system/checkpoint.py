@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_system.experiment import RESUMABLE_CHANGES
-
 _MODEL = "model/"
 _STRATEGY = "strategy/"
 _META = "meta"
@@ -80,15 +78,3 @@ def load_checkpoint(path: Path) -> Checkpoint:
         raise
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as err:
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({err})") from err
-
-
-def check_same_experiment(saved: dict, current: dict) -> None:
-    """Resuming is only meaningful for the same experiment; say which key differs."""
-    keys = (set(saved) | set(current)) - RESUMABLE_CHANGES
-    differing = sorted(k for k in keys if saved.get(k) != current.get(k))
-    if differing:
-        raise CheckpointError(
-            "cannot resume: the config differs from the checkpointed run in "
-            + ", ".join(differing)
-            + f" (only {', '.join(sorted(RESUMABLE_CHANGES))} may change on resume)"
-        )

@@ -9,14 +9,24 @@ errors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fl_system.experiment import new_run_id
-from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
+from fl_system.overrides import (
+    check_choices,
+    check_keys,
+    check_syntax,
+    chosen_groups,
+    mounted_groups,
+    options,
+    rewrite,
+)
 from fl_system.validation import ConfigError, check_values
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the project's conf/ (source tree)
@@ -40,10 +50,33 @@ def compose_experiment(overrides: Sequence[str] = ()) -> DictConfig:
         check_keys(overrides, CONF_DIR)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose(config_name="config", overrides=overrides)
+    cfg = _compose(overrides)
     prepare(cfg, new_run_id())
     check_values(cfg)
     OmegaConf.resolve(cfg)
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+def default_config(config: Mapping[str, Any]) -> dict:
+    """`conf/config.yaml` with `config`'s option of every group (read from the option's
+    `name`) and no other override, resolved: what each setting is when nobody sets it."""
+    groups = {**{g: g for g in chosen_groups(CONF_DIR)}, **mounted_groups(CONF_DIR)}
+    overrides = []
+    for package, group in groups.items():
+        node: Any = config
+        for key in package.split("."):
+            node = node.get(key) if isinstance(node, Mapping) else None
+        name = node.get("name") if isinstance(node, Mapping) else None
+        if name in options(CONF_DIR, group):
+            overrides.append(f"{group}={name}" if group == package else f"{group}@{package}={name}")
+    out = OmegaConf.to_container(_compose(overrides), resolve=True)
+    assert isinstance(out, dict)
+    return out
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    if GlobalHydra.instance().is_initialized():  # inside fl-run's Hydra app, which reads conf/
+        return compose(config_name="config", overrides=overrides)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=overrides)

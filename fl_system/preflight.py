@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system.checkpoint import check_same_experiment, load_checkpoint
+from fl_system.checkpoint import load_checkpoint
+from fl_system.compose import default_config
 from fl_system.experiment import (
     build,
     build_client_addons,
@@ -15,6 +16,7 @@ from fl_system.experiment import (
     partition_indices,
 )
 from fl_system.privacy import check_privacy
+from fl_system.resume import check_same_experiment, defaults_line
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError, check_values
 
@@ -23,6 +25,8 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     """Validate values, build every part once, and check the resume state of the run dir.
 
     On resume, `cfg.run_id` becomes the checkpointed run's, so clients find their state.
+    This is the one place a resumed config is compared with its checkpoint's: the ServerApp
+    runs only configs that fl-run gives it, and the composed defaults are read from conf/.
     """
     check_values(cfg)
     check_privacy(cfg, build_strategy(cfg))
@@ -42,7 +46,11 @@ def _check_resume(cfg: DictConfig, paths: RunPaths) -> None:
     if cfg.resume:
         ckpt = load_checkpoint(paths.checkpoint)
         cfg.run_id = ckpt.config.get("run_id") or cfg.run_id
-        check_same_experiment(ckpt.config, OmegaConf.to_container(cfg, resolve=True))
+        current = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(current, dict)
+        filled = check_same_experiment(ckpt.config, current, default_config(current))
+        if filled:
+            print(f"fl-run: {defaults_line(filled)}", flush=True)
         if ckpt.round >= cfg.num_rounds:
             raise ConfigError(
                 f"the checkpoint is already at round {ckpt.round}; raise num_rounds "

@@ -22,12 +22,7 @@ from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system import run_log
-from fl_system.checkpoint import (
-    Checkpoint,
-    check_same_experiment,
-    load_checkpoint,
-    save_checkpoint,
-)
+from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.experiment import build_model, build_strategy, load_dataset
@@ -193,8 +188,9 @@ class RoundDriver:
 
     # ----- run directory -------------------------------------------------------------------
     def _restore(self, arrays: ArrayRecord) -> tuple[ArrayRecord, int, float]:
+        """The checkpoint's model, round and clock (fl-run's preflight has compared its config
+        with this one, filling the settings it predates from conf/'s defaults)."""
         ckpt = load_checkpoint(self.paths.checkpoint)
-        check_same_experiment(ckpt.config, _plain(self.cfg))
         if list(ckpt.model) != list(arrays.keys()):
             raise RunFailed("checkpoint model layers do not match the configured model")
         restored = ArrayRecord({k: Array(v) for k, v in ckpt.model.items()})
