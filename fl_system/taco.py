@@ -39,8 +39,8 @@ def tailored_coefficients(uploads: np.ndarray) -> np.ndarray:
 
 def correction_constants(
     local_steps: int | None, gamma: float | None, delta_scale: float | None
-) -> tuple[float, float]:
-    """(gamma, delta_scale) with their defaults resolved (1 / K and K); a bad value is named."""
+) -> tuple[int, float, float]:
+    """(K, gamma, delta_scale) with the defaults resolved (1 / K and K); a bad value is named."""
     if local_steps is None:
         raise ValueError(
             "taco needs train.local_steps (K, the local steps its correction is scaled by), "
@@ -56,7 +56,7 @@ def correction_constants(
         raise ValueError(
             f"algorithm.delta_scale must be null (K) or a number > 0, got {delta_scale!r}"
         )
-    return float(resolved_gamma), resolved_scale
+    return int(local_steps), float(resolved_gamma), resolved_scale
 
 
 def literal_uploads(

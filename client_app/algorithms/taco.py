@@ -34,8 +34,9 @@ class TacoRule(LocalRule):
         delta_scale: float | None = None,
         correction: bool = True,
     ) -> None:
-        self.gamma, self.delta_scale = correction_constants(local_steps, gamma, delta_scale)
-        self.local_steps = int(local_steps)  # correction_constants refused None
+        self.local_steps, self.gamma, self.delta_scale = correction_constants(
+            local_steps, gamma, delta_scale
+        )
         self.correction = bool(correction)
 
     def begin(self, ctx: LocalContext) -> None:

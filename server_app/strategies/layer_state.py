@@ -66,6 +66,12 @@ class LayerState:
             )
         return self.values
 
+    def flat(self, template: ArrayRecord) -> np.ndarray:
+        """The values as one float64 vector, in `template`'s float-layer order (that of
+        `flat_uploads`)."""
+        values = self.ensure(template)
+        return np.concatenate([values[name].reshape(-1) for name in float_layers(template)])
+
     def record(self, template: ArrayRecord) -> ArrayRecord:
         """The values as an ArrayRecord in `template`'s layer order and dtypes."""
         values = self.ensure(template)

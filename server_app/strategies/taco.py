@@ -95,8 +95,9 @@ class Taco(FederatedStrategy):
         self.num_clients, self.kappa, self.lam = int(num_clients), float(kappa), lam
         self.warmup_rounds = warmup_rounds
         self.expel, self.tailored_aggregation = bool(expel), bool(tailored_aggregation)
-        self.local_steps = local_steps
-        self.gamma, self.delta_scale = correction_constants(local_steps, gamma, delta_scale)
+        self.local_steps, self.gamma, self.delta_scale = correction_constants(
+            local_steps, gamma, delta_scale
+        )
         self.tailored_correction = bool(tailored_correction)
         self.alpha = np.full(self.num_clients, INITIAL_ALPHA)
         self.strikes = np.zeros(self.num_clients, dtype=np.int64)
@@ -153,15 +154,13 @@ class Taco(FederatedStrategy):
         uploads = flat_uploads(plan.arrays, replies)
         if not self.tailored_correction or self.delta_scale == 1.0:
             return uploads
-        u = self.last_update.ensure(plan.arrays)
-        assert self.local_steps is not None  # correction_constants refused None
         steps = [
             min(float(r.metrics.get(protocol.NUM_STEPS, self.local_steps)), self.local_steps)
             for r in replies
         ]
         return literal_uploads(
             uploads,
-            np.concatenate([u[name].reshape(-1) for name in float_layers(plan.arrays)]),
+            self.last_update.flat(plan.arrays),
             alpha_sent=np.array([self.alpha[r.partition_id] for r in replies]),
             steps=np.maximum(steps, 0.0),
             gamma=self.gamma,
