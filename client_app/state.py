@@ -25,12 +25,6 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from flwr.common.logger import log as flwr_log
 
-STATE_DIR_ENV = "FL_STATE_DIR"
-
-
-def default_state_root() -> Path:
-    return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".local" / "state" / "fl_system")
-
 
 class ClientState:
     """Named ArrayRecords kept in `context.state` and mirrored to disk, per round."""

@@ -11,7 +11,9 @@ only *how fast* that happens:
 - the launcher claims tasks with Flower's Runtime API client and `ClientAppExecPlugin`, and
   starts each ClientApp in a forked child instead of a fresh `flwr-clientapp` interpreter;
 - the FAB is installed once per machine and hash, not unzipped and re-verified per message;
-- the simulation engine picks a message up when it is stored, not at its next 0.1 s sweep;
+- the simulation engine picks a message up when it is stored, not at its next 0.1 s sweep,
+  and loads the apps by their component references with the run config in the ServerApp's
+  context (`_run_simulation`, which `flwr run` uses; the public `run_simulation` takes neither);
 - bytes on the wire are counted on Flower's own content-addressed objects;
 - a reply whose sender dies while uploading it is given up once the sender is offline, not
   after Flower's 180 s object-push session (which also blocked every other reply);
@@ -393,6 +395,19 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 # ----- the simulation engine ------------------------------------------------------------------
+def simulation_by_reference() -> Callable[..., object]:
+    """Flower's `_run_simulation`: it loads the apps by component reference and runs the
+    ServerApp with a given context (imported here: it brings Ray, which nodes do not need)."""
+    from flwr.simulation.run_simulation import _run_simulation
+
+    loads = {"server_app_attr", "client_app_attr", "server_app_context", "app_dir"}
+    if not loads <= set(inspect.signature(_run_simulation).parameters):
+        raise FlwrInternalsChanged(
+            "the installed flwr's _run_simulation no longer takes " + ", ".join(sorted(loads))
+        )
+    return _run_simulation
+
+
 def simulation_pickup_on_store() -> None:
     """Make Flower's simulation engine pick a message up as soon as the ServerApp stores it.
 

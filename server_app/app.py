@@ -26,14 +26,3 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     serve(grid, str(context.run_config.get(protocol.RUN_CONFIG, "")))
-
-
-def server_app_for(run_config_json: str) -> ServerApp:
-    """A ServerApp bound to one config, for the in-process simulation engine."""
-    bound = ServerApp()
-
-    @bound.main()
-    def _main(grid: Grid, context: Context) -> None:
-        serve(grid, run_config_json)
-
-    return bound

@@ -1,4 +1,4 @@
-"""What happens to the clients' saved state (client_app.state) when a run ends on this machine.
+"""What happens to the clients' saved state (fl_system.state_root) when a run ends here.
 
 Stateful algorithms (SCAFFOLD's c_i, FedDyn's h_i, MOON's previous model, compression
 residuals) save each client's state under `<state root>/<run id>/partition-<p>`. With
@@ -16,7 +16,7 @@ import shutil
 
 from omegaconf import DictConfig, OmegaConf
 
-from client_app.state import default_state_root
+from fl_system.state_root import default_state_root
 
 
 def discard_finished(cfg: DictConfig) -> None:

@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -19,6 +18,7 @@ from omegaconf import DictConfig
 from fl_system.devices import THREADS_ENV
 from fl_system.experiment import config_to_json
 from fl_system.launch.client_state import discard_finished
+from fl_system.launch.components import app_dir, components
 from fl_system.launch.processes import ProcessGroup, tool_env
 from fl_system.progress import follow_run
 from fl_system.run_dir import RunPaths
@@ -65,32 +65,45 @@ class SimulationRuntime:
 
 
 def _simulate(config_json: str, client_cpus: float, client_gpus: float) -> None:
-    """The child process: one in-process ServerApp thread plus Ray client workers."""
-    from flwr.simulation import run_simulation
+    """The child process: one in-process ServerApp thread plus Ray client workers.
 
-    from client_app.app import app as client_app
-    from fl_system import flwr_hooks
-    from server_app.app import server_app_for
+    Flower loads both apps by their component references, as `flwr run` does, and the
+    ServerApp reads the experiment from its run config like in every other runtime.
+    """
+    from flwr.app import Context, RecordDict
+    from flwr.supercore.telemetry import EventType
+
+    from fl_system import flwr_hooks, protocol
 
     flwr_hooks.check()
     flwr_hooks.simulation_pickup_on_store()
+    run_by_reference = flwr_hooks.simulation_by_reference()
 
     logging.getLogger("flwr").setLevel(logging.INFO)
-    num_clients = int(json.loads(config_json)["num_clients"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # run_simulation's deprecation notice
-        run_simulation(
-            server_app=server_app_for(config_json),
-            client_app=client_app,
-            num_supernodes=num_clients,
-            backend_config={
-                "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
-                "init_args": {
-                    "include_dashboard": False,
-                    "_system_config": {"max_direct_call_object_size": INLINE_OBJECT_BYTES},
-                },
+    root = app_dir()
+    server_ref, client_ref = components(root)
+    context = Context(
+        run_id=0,
+        node_id=0,
+        node_config={},
+        state=RecordDict(),
+        run_config={protocol.RUN_CONFIG: config_json},
+    )
+    run_by_reference(
+        num_supernodes=int(json.loads(config_json)["num_clients"]),
+        exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+        server_app_attr=server_ref,
+        client_app_attr=client_ref,
+        server_app_context=context,
+        app_dir=str(root),
+        backend_config={
+            "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
+            "init_args": {
+                "include_dashboard": False,
+                "_system_config": {"max_direct_call_object_size": INLINE_OBJECT_BYTES},
             },
-        )
+        },
+    )
 
 
 if __name__ == "__main__":

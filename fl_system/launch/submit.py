@@ -11,26 +11,15 @@ from pathlib import Path
 import tomli_w
 from omegaconf import DictConfig
 
-import fl_system
 from fl_system import protocol
 from fl_system.experiment import config_to_json
 from fl_system.launch import LaunchError
+from fl_system.launch.components import app_dir
 from fl_system.launch.processes import ProcessGroup
 from fl_system.progress import follow_run, resume_hint, saved_rounds
 from fl_system.run_dir import RunPaths
 
 CONNECTION = "fl-system"
-
-
-def app_dir() -> Path:
-    """The Flower app (this project's root): where pyproject.toml declares the components."""
-    root = Path(fl_system.__file__).resolve().parent.parent
-    if not (root / "pyproject.toml").is_file():
-        raise LaunchError(
-            f"no pyproject.toml next to the fl_system package ({root}); install the project "
-            "from its source tree with `pip install -e .`"
-        )
-    return root
 
 
 @dataclass(frozen=True)

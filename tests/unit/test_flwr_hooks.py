@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import queue
 import threading
 import time
@@ -133,6 +134,24 @@ def test_a_simulation_grid_storing_otherwise_is_named(monkeypatch: pytest.Monkey
 
     message = _changed(monkeypatch, "flwr.superlink.grid.InMemoryGrid.push_messages", push_messages)
     assert "no longer stores messages with store_message_ins" in message
+
+
+def test_simulation_loads_apps_by_reference_on_the_pinned_flwr() -> None:
+    flwr_hooks.simulation_by_reference()
+
+
+def test_a_simulation_entry_without_app_references_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """runtime=simulation names the apps by reference; an entry that cannot must be seen."""
+
+    def _run_simulation(num_supernodes: int, server_app: object, client_app: object) -> None:
+        raise AssertionError("never called")
+
+    entry = importlib.import_module("flwr.simulation.run_simulation")
+    monkeypatch.setattr(entry, "_run_simulation", _run_simulation)
+    with pytest.raises(FlwrInternalsChanged, match="no longer takes app_dir, client_app_attr"):
+        flwr_hooks.simulation_by_reference()
 
 
 # ----- what the hooks do once installed ----------------------------------------------------
