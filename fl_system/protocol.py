@@ -1,7 +1,8 @@
 """What the server and client halves say to each other: record names and keys.
 
-Every key that crosses the wire is defined here once, so the two halves of an algorithm
-(`server_app/strategies/<name>.py` and `client_app/algorithms/<name>.py`) cannot drift apart.
+Every key every algorithm uses is defined here once; an algorithm's or add-on's own keys live
+in its shared module (`fl_system/algorithms/<name>.py`, `fl_system/addons/<name>.py`), which
+both of its halves import, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -22,41 +23,6 @@ TRAIN_LOSS = "train-loss"
 NUM_STEPS = "num-steps"
 COMPUTE_SECONDS = "compute-seconds"
 
-# SCAFFOLD: the server's control variate c (down), a client's change of c_i (up).
-SCAFFOLD_C = "scaffold-c"
-SCAFFOLD_DELTA_C = "scaffold-delta-c"
-
-# FedDisco: a client's discrepancy d_k (up, every train reply), the target distribution T
-# (down, only for target=global), and label counts (up, handshake, only for target=global).
-DISCO_D = "disco-d"
-DISCO_TARGET = "disco-target"
-DISCO_COUNTS = "disco-counts"
-
-# EFL: the sums U = sum u_k and V = sum u_k * w_k of last round's reporters (down), and a
-# client's Fisher diagonal u_k and u_k * w_k at its end model (up), keyed by parameter name.
-EFL_FISHER_SUM = "efl-U"
-EFL_WEIGHTED_SUM = "efl-V"
-EFL_FISHER = "efl-u"
-EFL_WEIGHTED = "efl-v"
-# With fisher_comm=topk only the largest entries travel; their packed positions (uint8) go
-# under these keys beside the values (fl_system/fisher_records.py). EFL_FISHER_DUE (config,
-# down): whether the client computes and sends u, v this round (fisher_every).
-EFL_SUM_POSITIONS = "efl-UV-positions"
-EFL_POSITIONS = "efl-uv-positions"
-EFL_FISHER_DUE = "efl-fisher-due"
-EFL_PENALTY = "efl-penalty"  # metric (up): the penalty at the client's end model, less Z
-EFL_UP = (EFL_FISHER, EFL_WEIGHTED, EFL_POSITIONS)
-EFL_DOWN = (EFL_FISHER_SUM, EFL_WEIGHTED_SUM, EFL_SUM_POSITIONS)
-
-# TACO: the last global update u = w_{t-1} - w_t (down, ArrayRecord by layer name) and this
-# client's tailored coefficient alpha_i (config, down), which sets its correction 1 - alpha_i.
-TACO_LAST_UPDATE = "taco-u"
-TACO_ALPHA = "taco-alpha"
-
-# STEM: the momentum d (ArrayRecord by parameter name): the clients' average from the last
-# round (down; absent in the first round) and a client's momentum at its end model (up).
-STEM_MOMENTUM = "stem-d"
-
 # Per-client settings (server -> client): a ConfigRecord key TRAIN_OVERRIDE + name overrides
 # the run's train.<name> for that message only (e.g. FedGSNR's "train.local_steps").
 TRAIN_OVERRIDE = "train."
@@ -67,13 +33,6 @@ LOCAL_STEPS = f"{TRAIN_OVERRIDE}local_steps"  # a client's own step count (FedGS
 ASK_ACTION = "ask"
 ASK = f"query.{ASK_ACTION}"
 QUESTION = "question"
-
-# FedGSNR: the question, and the reply's ArrayRecord of the mean gradient m_k and diagonal
-# variance v_k at the received model, with the number of samples s in the metrics.
-GSNR_STATS = "gsnr-stats"
-GSNR_MEAN = "mean"
-GSNR_VARIANCE = "variance"
-GSNR_SAMPLES = "gsnr-samples"
 
 # Compression (compression.up, fl_system.compression): a reply's model update as one encoded
 # blob; the tensors the codec does not cover (integer buffers) stay dense under ARRAYS.

@@ -3,7 +3,7 @@ the Fisher diagonal.
 
 Every local step adds lambda (U * w - V) to the gradient of the data loss, where U and V
 are the server's sums over last round's reporters of their Fisher diagonals u_i and of
-u_i * w_i (`fl_system.efl`): parameters that were informative for other clients are held
+u_i * w_i (`fl_system.algorithms.efl`): parameters that were informative for other clients are held
 near where those clients left them. U is clamped to 1 / (lr lambda), V scaled with it, so
 that plain SGD on the penalty cannot diverge (spec 6.4). After training the client sends its
 own u (the empirical Fisher diagonal: mean squared per-sample gradient of the data loss
@@ -35,15 +35,20 @@ from client_app.addons import LocalData
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.per_sample import gradient_moments
 from fl_system import protocol
-from fl_system.codecs import CodecError
-from fl_system.efl import (
+from fl_system.algorithms.efl import (
+    EFL_DOWN,
+    EFL_FISHER_DUE,
+    EFL_PENALTY,
+    EFL_UP,
     FISHER_COMM,
+    fisher_records,
     penalty_gradient,
     penalty_value,
     progress_factor,
+    read_fisher,
     stable_sums,
 )
-from fl_system.fisher_records import fisher_records, read_fisher
+from fl_system.codecs import CodecError
 from fl_system.seeding import derive_seed
 
 _FISHER_SEED = 0xF15  # separates the Fisher sample draw from the batches of the round
@@ -93,7 +98,7 @@ class EflRule(LocalRule):
             return
         shapes = {k: tuple(p.shape) for k, p in ctx.model.named_parameters() if p.requires_grad}
         try:
-            sums = read_fisher(ctx.received, protocol.EFL_DOWN, shapes)
+            sums = read_fisher(ctx.received, EFL_DOWN, shapes)
         except CodecError as err:
             raise ValueError(
                 f"efl: the train message's U, V: {err} (is the server running the efl strategy?)"
@@ -123,7 +128,7 @@ class EflRule(LocalRule):
     def finish(self, ctx: LocalContext) -> RecordDict:
         assert ctx.data is not None, "the trainer passes the local data"
         config = ctx.received.config_records.get(protocol.CONFIG, {})
-        due = bool(config.get(protocol.EFL_FISHER_DUE, True))
+        due = bool(config.get(EFL_FISHER_DUE, True))
         pairs = self._fisher(ctx) if due else None  # at the weights reached, before scaling
         if self.lam > 0:
             self._penalty = sum(
@@ -133,12 +138,12 @@ class EflRule(LocalRule):
         self._compensate(ctx)
         if pairs is None:
             return RecordDict()
-        return fisher_records(pairs, protocol.EFL_UP, comm=self.fisher_comm, q=self.fisher_q)
+        return fisher_records(pairs, EFL_UP, comm=self.fisher_comm, q=self.fisher_q)
 
     def reply_metrics(self, data: LocalData, config: ConfigRecord) -> dict[str, float]:
         """The penalty (U, V as clamped) at the end model: 0.5 lam sum(U w^2) - lam sum(V w),
         less its constant, so its changes over rounds carry meaning, not its sign."""
-        return {} if self._penalty is None else {protocol.EFL_PENALTY: self._penalty}
+        return {} if self._penalty is None else {EFL_PENALTY: self._penalty}
 
     def _fisher(self, ctx: LocalContext) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """{layer: (u, u * w)} at the end model, float32 numpy."""

@@ -2,12 +2,12 @@
 
 The client keeps its control variate c_i (zeros at first) in `ClientState` under
 `C_I_STATE`, so it survives rounds and SuperNode restarts. With c the server's control
-variate (received as `protocol.SCAFFOLD_C`), w_g the received global model, lr the local
+variate (received as `SCAFFOLD_C`), w_g the received global model, lr the local
 learning rate and `steps` the optimiser steps of the round:
 
     after every optimiser step:  w <- w - lr * (c - c_i)
     after the round:             c_i+ = c_i - c + (w_g - w_k) / (steps * lr)
-    reply:                       dc_i = c_i+ - c_i   (ArrayRecord `protocol.SCAFFOLD_DELTA_C`)
+    reply:                       dc_i = c_i+ - c_i   (ArrayRecord `SCAFFOLD_DELTA_C`)
 
 The correction is applied to the weights after the optimiser's step, as in FedDisco's and
 NIID-Bench's code; with plain SGD (no momentum, no weight decay) that is the paper's
@@ -28,7 +28,7 @@ import torch
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from client_app.algorithms.base import LocalContext, LocalRule
-from fl_system import protocol
+from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
 
 C_I_STATE = "scaffold-c-i"  # ClientState record: this client's control variate c_i
 
@@ -39,10 +39,10 @@ class ScaffoldRule(LocalRule):
     def begin(self, ctx: LocalContext) -> None:
         if ctx.state is None:
             raise RuntimeError("scaffold needs client state to keep its control variate c_i")
-        c_record = ctx.received.array_records.get(protocol.SCAFFOLD_C)
+        c_record = ctx.received.array_records.get(SCAFFOLD_C)
         if c_record is None:
             raise ValueError(
-                f"scaffold: the train message has no ArrayRecord '{protocol.SCAFFOLD_C}' "
+                f"scaffold: the train message has no ArrayRecord '{SCAFFOLD_C}' "
                 "(is the server running the scaffold strategy?)"
             )
         saved = ctx.state.load(C_I_STATE)
@@ -87,7 +87,7 @@ class ScaffoldRule(LocalRule):
             new_c_i[name] = Array(stored)
             delta[name] = Array((stored.astype(np.float64) - c_i).astype(dtype))
         ctx.state.save(C_I_STATE, ArrayRecord(new_c_i))
-        return RecordDict({protocol.SCAFFOLD_DELTA_C: ArrayRecord(delta)})
+        return RecordDict({SCAFFOLD_DELTA_C: ArrayRecord(delta)})
 
 
 def _named(record: ArrayRecord, name: str, p: torch.Tensor, what: str) -> np.ndarray:

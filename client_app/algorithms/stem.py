@@ -2,11 +2,11 @@
 along a variance-reduced momentum instead of the plain gradient.
 
 A round starts from the server's model and momentum d (the average of the clients' last
-momenta, `protocol.STEM_MOMENTUM`): the first step moves along d as received (along its own
+momenta, `STEM_MOMENTUM`): the first step moves along d as received (along its own
 gradient in the first round, when there is none). Every later step k draws a mini-batch xi_k
 and moves along
 
-    d_k = g(w_k; xi_k) + (1 - a)(d_{k-1} - g(w_{k-1}; xi_k))      (`fl_system.stem`)
+    d_k = g(w_k; xi_k) + (1 - a)(d_{k-1} - g(w_{k-1}; xi_k))      (`stem_direction`)
 
 which takes a second gradient, at the previous weights, on the same batch. After the last
 step the client draws one more batch and replies with d_K at its end model, so the next
@@ -16,6 +16,8 @@ round's first step continues the sequence as the original algorithm's synchronis
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, RecordDict
@@ -23,10 +25,10 @@ from torch import nn
 from torch.func import functional_call
 
 from client_app.algorithms.base import LocalContext, LocalRule
-from fl_system import protocol
+from fl_system.algorithms.stem import STEM_MOMENTUM
 from fl_system.seeding import derive_seed
-from fl_system.stem import stem_direction
 
+T = TypeVar("T")  # np.ndarray or torch.Tensor
 _LAST_BATCH_SEED = 0x57E  # the batch of the reply's momentum, apart from the round's batches
 
 
@@ -40,7 +42,7 @@ class StemRule(LocalRule):
 
     def begin(self, ctx: LocalContext) -> None:
         named = _trainable(ctx.model)
-        received = ctx.received.array_records.get(protocol.STEM_MOMENTUM)
+        received = ctx.received.array_records.get(STEM_MOMENTUM)
         start = None
         if received is not None:
             start = []
@@ -96,7 +98,7 @@ class StemRule(LocalRule):
                 for (name, _), d in zip(named, last, strict=True)
             }
         )
-        return RecordDict({protocol.STEM_MOMENTUM: record})
+        return RecordDict({STEM_MOMENTUM: record})
 
 
 def _trainable(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -111,3 +113,9 @@ def _gradients(
     leaves = {name: v.detach().requires_grad_(True) for name, v in params.items()}
     loss = nn.functional.cross_entropy(functional_call(model, leaves, (x,)), y)
     return list(torch.autograd.grad(loss, list(leaves.values())))
+
+
+def stem_direction(grad: T, previous_grad: T, previous_direction: T, a: float) -> T:
+    """d_k from g(w_k; xi_k), g(w_{k-1}; xi_k) and d_{k-1}: a variance-reduced momentum (both
+    gradients on the same mini-batch), on numpy arrays and torch tensors alike."""
+    return grad + (1.0 - a) * (previous_direction - previous_grad)

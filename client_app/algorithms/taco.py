@@ -2,8 +2,8 @@
 
 Every step adds gamma (1 - alpha_i) delta_scale Delta_t to the gradient, where Delta_t =
 u / (K lr) is the last global update u = w_{t-1} - w_t (received as
-`protocol.TACO_LAST_UPDATE`) in per-step units and alpha_i the client's tailored coefficient
-(config `protocol.TACO_ALPHA`). With plain SGD each step then moves the weights by an extra
+`TACO_LAST_UPDATE`) in per-step units and alpha_i the client's tailored coefficient
+(config `TACO_ALPHA`). With plain SGD each step then moves the weights by an extra
 gamma (1 - alpha_i) delta_scale u / K, and a round of K steps by gamma (1 - alpha_i)
 delta_scale u. delta_scale = 1 reads the paper literally (at gamma = 1/K the correction is
 (1 - alpha_i) / K of the last step, negligible); delta_scale = K (the default) is the reading
@@ -20,7 +20,12 @@ import torch
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from fl_system import protocol
-from fl_system.taco import correction_constants, correction_per_step
+from fl_system.algorithms.taco import (
+    TACO_ALPHA,
+    TACO_LAST_UPDATE,
+    correction_constants,
+    correction_per_step,
+)
 
 
 class TacoRule(LocalRule):
@@ -43,14 +48,14 @@ class TacoRule(LocalRule):
         ctx.extras["taco"] = []
         if not self.correction or self.gamma == 0:
             return
-        update = ctx.received.array_records.get(protocol.TACO_LAST_UPDATE)
+        update = ctx.received.array_records.get(TACO_LAST_UPDATE)
         config = ctx.received.config_records.get(protocol.CONFIG, {})
-        if update is None or protocol.TACO_ALPHA not in config:
+        if update is None or TACO_ALPHA not in config:
             raise ValueError(
-                f"taco: the train message lacks '{protocol.TACO_LAST_UPDATE}' or "
-                f"'{protocol.TACO_ALPHA}' (is the server running the taco strategy?)"
+                f"taco: the train message lacks '{TACO_LAST_UPDATE}' or "
+                f"'{TACO_ALPHA}' (is the server running the taco strategy?)"
             )
-        alpha = float(config[protocol.TACO_ALPHA])
+        alpha = float(config[TACO_ALPHA])
         for name, p in ctx.model.named_parameters():
             if not p.requires_grad:
                 continue

@@ -35,7 +35,7 @@ from fl_system import privacy, protocol
 from fl_system.aggregation import normalized
 from fl_system.experiment import Experiment, as_experiment, build_aggregation, build_server_addons
 from fl_system.robust import WeightedMean, update_norm
-from server_app.addons import ServerAddon
+from server_app.addons import Refusal, ServerAddon, check_refusals
 from server_app.compression import UpdateTally
 from server_app.federation import Federation
 from server_app.rounds import (
@@ -97,6 +97,7 @@ class FederatedStrategy(Strategy):
     extra_up: ClassVar[str | None] = None
     own_start: ClassVar[str | None] = None
     weighting: ClassVar[str | None] = "a rule of its own"
+    refused_addons: ClassVar[tuple[Refusal, ...]] = ()  # add-ons it cannot take, and why
 
     def __init__(
         self,
@@ -108,6 +109,8 @@ class FederatedStrategy(Strategy):
         if addons is None:
             addons = build_server_addons(cfg) if cfg is not None else ()
         self.addons = list(addons)
+        name = cfg.algorithm.name if cfg is not None else type(self).__name__.lower()
+        check_refusals(self.addons, self.refused_addons, name)
         self.robust = WeightedMean()
         self.norm_ratio: float | None = None
         self.examples_ratio: float | None = None

@@ -4,15 +4,15 @@ Server state: U = sum u_k and V = sum u_k * w_k over the clients that reported i
 round (spec 6.1 `fisher_sum="prev_round"`, Algorithm 1), zeros before the first round, so the
 elastic penalty starts inactive. Each round
 
-    sent down:  the global model w, U and V (`protocol.EFL_FISHER_SUM`, `EFL_WEIGHTED_SUM`)
-    sent up:    the local model w_k, u_k and u_k * w_k (`protocol.EFL_FISHER`, `EFL_WEIGHTED`)
+    sent down:  the global model w, U and V (`EFL_FISHER_SUM`, `EFL_WEIGHTED_SUM`)
+    sent up:    the local model w_k, u_k and u_k * w_k (`EFL_FISHER`, `EFL_WEIGHTED`)
     w  <- sum_k p_k w_k         p_k: data size over the round's reporters (or an add-on's)
     U, V <- sums of this round's u_k, u_k * w_k (unweighted)
 
 `fisher_comm` (spec 2.9) says how u, v and U, V travel: dense float32 (the paper: EFL then
 moves about twice FedAvg's bytes each way), float16, or the `fisher_q` fraction of largest
 entries with their positions (`fl_system/fisher_records.py`). With `fisher_every` = K the
-clients compute and send u, v only in rounds 1, K + 1, 2K + 1, ... (`protocol.EFL_FISHER_DUE`)
+clients compute and send u, v only in rounds 1, K + 1, 2K + 1, ... (`EFL_FISHER_DUE`)
 and U, V stay as those rounds left them. A reply without usable u_k, v_k in such a round
 still contributes its model; it is left out of U and V with a warning. The client half is
 `client_app/algorithms/efl.py`.
@@ -27,10 +27,17 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from fl_system import protocol
+from fl_system.algorithms.efl import (
+    EFL_DOWN,
+    EFL_FISHER_DUE,
+    EFL_PENALTY,
+    EFL_UP,
+    FISHER_COMM,
+    fisher_records,
+    read_fisher,
+)
 from fl_system.codecs import CodecError
-from fl_system.efl import FISHER_COMM
 from fl_system.experiment import Experiment
-from fl_system.fisher_records import fisher_records, read_fisher
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState, reply_mean
@@ -82,13 +89,11 @@ class Efl(FederatedStrategy):
             fisher = self.fisher_sum.ensure(plan.arrays)
             weighted = self.weighted_sum.ensure(plan.arrays)
             pairs = {k: (fisher[k], weighted[k]) for k in float_layers(plan.arrays)}
-            self._sent = fisher_records(
-                pairs, protocol.EFL_DOWN, comm=self.fisher_comm, q=self.fisher_q
-            )
+            self._sent = fisher_records(pairs, EFL_DOWN, comm=self.fisher_comm, q=self.fisher_q)
         for name, record in self._sent.items():
             content[name] = record
         config = dict(content.config_records[protocol.CONFIG])
-        config[protocol.EFL_FISHER_DUE] = self.fisher_due(plan.round)
+        config[EFL_FISHER_DUE] = self.fisher_due(plan.round)
         content[protocol.CONFIG] = ConfigRecord(config)
         return content
 
@@ -122,8 +127,8 @@ class Efl(FederatedStrategy):
         self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
     ) -> dict[str, float]:
         metrics = {"efl_fisher_sum_norm": self.fisher_sum.norm()}
-        if any(protocol.EFL_PENALTY in r.metrics for r in replies):  # lambda > 0
-            metrics["efl_penalty"] = reply_mean(replies, protocol.EFL_PENALTY)
+        if any(EFL_PENALTY in r.metrics for r in replies):  # lambda > 0
+            metrics["efl_penalty"] = reply_mean(replies, EFL_PENALTY)
         return metrics
 
     def state_dict(self) -> StrategyState:
@@ -144,7 +149,7 @@ def _fisher_terms(
 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str | None]:
     """{layer: (u_k, u_k * w_k)} as float64, or the reason the reply's cannot be used."""
     try:
-        terms = read_fisher(reply.content, protocol.EFL_UP, shapes)
+        terms = read_fisher(reply.content, EFL_UP, shapes)
     except CodecError as err:
         return {}, f"reply's u, v: {err}"
     out = {}

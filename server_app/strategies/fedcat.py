@@ -2,7 +2,7 @@
 (FedCat spec 1.2-1.10, 5).
 
 One round is one hop. A cycle is K rounds: at its first round every copy starts from the
-global model; in the round at cycle position pos the schedule (`fl_system.fedcat`) picks one
+global model; in the round at cycle position pos the schedule (`fedcat_math.py`) picks one
 device per random group and copy i goes to the device picked in group (pos + i) mod K, which
 trains it as FedAvg would and sends it back; the copy remembers the samples it met. After the
 K-th hop the global model becomes the copies' sample-weighted average (Eq. 3). Inside a cycle
@@ -34,10 +34,10 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from fl_system import protocol
 from fl_system.aggregation import weighted_average
 from fl_system.experiment import Experiment
-from fl_system.fedcat import ChainSchedule, copies_average, cycle_position
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan, RoundResult, RoundSteps
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.fedcat_math import ChainSchedule, copies_average, cycle_position
 from server_app.strategies.replies import arrays_like
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,13 @@ class FedCat(FederatedStrategy):
     """Chains of K model copies over count-balanced picks from K random groups."""
 
     own_start = "their chain's model copy"
+    refused_addons = (
+        (
+            ServerAddon,
+            "FedCat trains model copies along chains of devices, one device per copy "
+            "and round, and averages the copies by the samples they met",
+        ),
+    )
 
     robust_aggregation = False  # copies are concatenated, not averaged per round
 

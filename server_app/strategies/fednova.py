@@ -16,16 +16,14 @@ like the FedDisco authors' code, this uses the plain step count whatever the mom
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
 from fl_system import protocol
-from fl_system.experiment import Experiment
-from fl_system.fednova import fednova_coefficients, fednova_update
-from server_app.addons import ServerAddon, StepSchedule
+from server_app.addons import StepSchedule
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy
+from server_app.strategies.fednova_math import fednova_coefficients, fednova_update
 
 
 class FedNova(FederatedStrategy):
@@ -36,18 +34,13 @@ class FedNova(FederatedStrategy):
     partial_work = True  # updates are normalised by the steps actually taken
     robust_aggregation = False  # normalised updates, combined by FedNova's own rule
 
-    def __init__(
-        self,
-        *,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
-    ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
-        if any(isinstance(a, StepSchedule) for a in self.addons):
-            raise ValueError(
-                "algorithm.gsnr.enabled=true cannot be used with fednova: FedNova divides each "
-                "client's update by its number of steps, which cancels GSNR's step allocation"
-            )
+    refused_addons = (
+        (
+            StepSchedule,
+            "FedNova divides each client's update by its number of steps, which cancels "
+            "GSNR's step allocation",
+        ),
+    )
 
     def reject(self, reply: ClientReply) -> str | None:
         if protocol.NUM_STEPS not in reply.metrics:

@@ -17,6 +17,7 @@ import logging
 import numpy as np
 
 from fl_system.aggregation import cosines_to_mean, normalized_or_uniform
+from server_app.addons import ServerAddon, StepSchedule
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy
 from server_app.strategies.layer_state import flat_uploads
@@ -28,6 +29,10 @@ class FoolsGold(FederatedStrategy):
     """Cosine-to-the-mean weighted model average."""
 
     weighting = "cosine-similarity weights"
+    refused_addons = (
+        (StepSchedule, "FoolsGold runs as TACO's paper compares it, every client with K steps"),
+        (ServerAddon, "FoolsGold weighs clients by its cosine-similarity weights"),
+    )
 
     _fallback = False  # whether this round's weights fell back to uniform
 

@@ -4,8 +4,8 @@ Server state: the global control variate c, zeros at the start, one array per fl
 of the model (SCAFFOLD's client only uses the entries of trainable parameters; the others
 stay zero). Each round
 
-    sent down:  the global model w and c (ArrayRecord `protocol.SCAFFOLD_C`)
-    sent up:    the local model w_k and dc_k = c_k+ - c_k (ArrayRecord `protocol.SCAFFOLD_DELTA_C`)
+    sent down:  the global model w and c (ArrayRecord `SCAFFOLD_C`)
+    sent up:    the local model w_k and dc_k = c_k+ - c_k (ArrayRecord `SCAFFOLD_DELTA_C`)
     w  <- sum_{k in S_t} p_k w_k          p_k: data sizes, or an add-on weighting's
     c  <- c + (1/K) sum_{k in S_t} dc_k   K = all clients, not |S_t|; no FedDisco reweighting
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fl_system import protocol
+from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
 from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
@@ -65,7 +65,7 @@ class Scaffold(ServerVectorStrategy):
         content = super().node_content(plan, partition_id)
         if self._c_record is None:
             self._c_record = self.c.record(plan.arrays)
-        content[protocol.SCAFFOLD_C] = self._c_record
+        content[SCAFFOLD_C] = self._c_record
         return content
 
     # ----- receiving -----------------------------------------------------------------------
@@ -103,9 +103,9 @@ def _delta_c(
     reply: ClientReply, c: dict[str, np.ndarray]
 ) -> tuple[dict[str, np.ndarray], str | None]:
     """The reply's dc_k as float64 arrays by layer name, or the reason it cannot be used."""
-    record = reply.content.array_records.get(protocol.SCAFFOLD_DELTA_C)
+    record = reply.content.array_records.get(SCAFFOLD_DELTA_C)
     if record is None:
-        return {}, f"reply lacks ArrayRecord '{protocol.SCAFFOLD_DELTA_C}'"
+        return {}, f"reply lacks ArrayRecord '{SCAFFOLD_DELTA_C}'"
     out: dict[str, np.ndarray] = {}
     for name in record:
         if name not in c:

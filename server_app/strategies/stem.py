@@ -3,7 +3,7 @@
 Server state: the momentum d, the weighted average of the clients' last momenta (none before
 the first round). Each round
 
-    sent down:  the global model w and d (`protocol.STEM_MOMENTUM`, from the second round)
+    sent down:  the global model w and d (`STEM_MOMENTUM`, from the second round)
     sent up:    the local model w_k and its momentum d_k at that model
     w <- sum_k p_k w_k,   d <- sum_k p_k d_k       p_k: data size (or an add-on's weights)
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fl_system import protocol
 from fl_system.aggregation import weighted_average
+from fl_system.algorithms.stem import STEM_MOMENTUM
 from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
@@ -49,7 +49,7 @@ class Stem(ServerVectorStrategy):
     def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
         content = super().node_content(plan, partition_id)
         if self.momentum.values is not None:
-            content[protocol.STEM_MOMENTUM] = self.momentum.record(plan.arrays)
+            content[STEM_MOMENTUM] = self.momentum.record(plan.arrays)
         return content
 
     def aggregate(
@@ -83,9 +83,9 @@ class Stem(ServerVectorStrategy):
 
 def _momentum(reply: ClientReply, model: ArrayRecord) -> tuple[dict[str, np.ndarray], str | None]:
     """The reply's momentum as float64 arrays by layer name, or why it cannot be used."""
-    record = reply.content.array_records.get(protocol.STEM_MOMENTUM)
+    record = reply.content.array_records.get(STEM_MOMENTUM)
     if record is None:
-        return {}, f"reply lacks ArrayRecord '{protocol.STEM_MOMENTUM}'"
+        return {}, f"reply lacks ArrayRecord '{STEM_MOMENTUM}'"
     out = {}
     for name in record:
         if name not in model:

@@ -5,8 +5,8 @@ Server state: alpha_i per partition (0.1 before a client's first upload), strike
 partition, the expelled partitions, and the last global update u = w_{t-1} - w_t (zeros at
 first). Each round
 
-    sent down:  the global model w, u (`protocol.TACO_LAST_UPDATE`) and the client's alpha_i
-                (config `protocol.TACO_ALPHA`); the client shifts every step by
+    sent down:  the global model w, u (`TACO_LAST_UPDATE`) and the client's alpha_i
+                (config `TACO_ALPHA`); the client shifts every step by
                 gamma (1 - alpha_i) Delta_t, Delta_t = u / (K lr)
     sent up:    the local model w_i; the server takes Delta_i = w - w_i
     alpha_i  <- (1 - |Delta_i| / sum_j |Delta_j|) max(cos(Delta_i, mean_j Delta_j), 0)
@@ -15,7 +15,7 @@ first). Each round
              partition for good
 
 Delta_i in alpha is the upload less the share of the correction that the K-scaled reading
-(delta_scale = K) adds beyond the literal one (`fl_system.taco.literal_uploads`), so that
+(delta_scale = K) adds beyond the literal one (`fl_system.algorithms.taco.literal_uploads`), so that
 alpha keeps the paper's meaning; the aggregation averages the models as they came.
 
 Norms and cosines use the float layers of the model (every parameter the clients train, plus
@@ -37,14 +37,16 @@ from flwr.app import ConfigRecord, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import normalized_or_uniform
-from fl_system.experiment import Experiment
-from fl_system.taco import (
+from fl_system.algorithms.taco import (
+    TACO_ALPHA,
+    TACO_LAST_UPDATE,
     correction_constants,
     literal_uploads,
     record_strikes,
     tailored_coefficients,
 )
-from server_app.addons import ServerAddon
+from fl_system.experiment import Experiment
+from server_app.addons import ServerAddon, StepSchedule
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 from server_app.strategies.layer_state import LayerState, flat_uploads, float_layers
@@ -59,6 +61,10 @@ class Taco(FederatedStrategy):
 
     extra_down = "the last global update u"
     weighting = "its tailored coefficients alpha_i"
+    refused_addons = (
+        (StepSchedule, "TACO's correction and alpha assume every client runs K local steps"),
+        (ServerAddon, "TACO weighs clients by its tailored coefficients alpha_i"),
+    )
 
     def __init__(
         self,
@@ -112,9 +118,9 @@ class Taco(FederatedStrategy):
     # ----- sending -------------------------------------------------------------------------
     def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
         content = super().node_content(plan, partition_id)
-        content[protocol.TACO_LAST_UPDATE] = self.last_update.record(plan.arrays)
+        content[TACO_LAST_UPDATE] = self.last_update.record(plan.arrays)
         config = dict(content.config_records[protocol.CONFIG])
-        config[protocol.TACO_ALPHA] = float(self.alpha[partition_id])
+        config[TACO_ALPHA] = float(self.alpha[partition_id])
         content[protocol.CONFIG] = ConfigRecord(config)
         return content
 
@@ -149,7 +155,8 @@ class Taco(FederatedStrategy):
 
     def literal_uploads(self, plan: RoundPlan, replies: list[ClientReply]) -> np.ndarray:
         """Delta_i less the correction the K-scaled reading adds beyond the paper's literal
-        one (`fl_system.taco.literal_uploads`), over the float layers: what alpha compares.
+        one (`literal_uploads` of fl_system.algorithms.taco), over the float layers: what alpha
+        compares.
         A client's steps are its reported count, at most K (stragglers run fewer)."""
         uploads = flat_uploads(plan.arrays, replies)
         if not self.tailored_correction or self.delta_scale == 1.0:

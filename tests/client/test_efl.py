@@ -13,6 +13,15 @@ from client_app.algorithms.fedavg import FedAvgRule
 from client_app.per_sample import gradient_moments
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol
+from fl_system.algorithms.efl import (
+    EFL_FISHER,
+    EFL_FISHER_DUE,
+    EFL_FISHER_SUM,
+    EFL_PENALTY,
+    EFL_POSITIONS,
+    EFL_WEIGHTED,
+    EFL_WEIGHTED_SUM,
+)
 from fl_system.seeding import derive_seed
 from tests.client.tiny import linear_data, linear_model
 
@@ -24,10 +33,10 @@ def _sums(u: float, v: float) -> RecordDict:
     shapes = {k: tuple(p.shape) for k, p in model.named_parameters()}
     return RecordDict(
         {
-            protocol.EFL_FISHER_SUM: ArrayRecord(
+            EFL_FISHER_SUM: ArrayRecord(
                 {k: Array(np.full(s, u, np.float32)) for k, s in shapes.items()}
             ),
-            protocol.EFL_WEIGHTED_SUM: ArrayRecord(
+            EFL_WEIGHTED_SUM: ArrayRecord(
                 {k: Array(np.full(s, v, np.float32)) for k, s in shapes.items()}
             ),
         }
@@ -71,7 +80,7 @@ def test_the_reply_reports_the_penalty_at_the_end_model() -> None:
     model, _ = _train(rule, settings, _sums(2.0, 0.5))
     w = np.concatenate([p.detach().double().numpy().reshape(-1) for p in model.parameters()])
     expected = 0.5 * lam * 2.0 * np.sum(w * w) - lam * 0.5 * np.sum(w)
-    reported = rule.reply_metrics(linear_data(), ConfigRecord())[protocol.EFL_PENALTY]
+    reported = rule.reply_metrics(linear_data(), ConfigRecord())[EFL_PENALTY]
     assert reported == pytest.approx(expected, rel=1e-6)
     plain = EflRule(lam=0.0, fisher_samples=8)
     _train(plain, settings, _sums(2.0, 0.5))
@@ -81,8 +90,8 @@ def test_the_reply_reports_the_penalty_at_the_end_model() -> None:
 def test_reply_holds_the_fisher_diagonal_and_its_product_with_the_endlinear_model() -> None:
     settings = TrainSettings(batch_size=8, lr=0.1)
     model, result = _train(EflRule(lam=0.0, fisher_samples=16), settings)
-    u_record = result.extras.array_records[protocol.EFL_FISHER]
-    v_record = result.extras.array_records[protocol.EFL_WEIGHTED]
+    u_record = result.extras.array_records[EFL_FISHER]
+    v_record = result.extras.array_records[EFL_WEIGHTED]
     assert list(u_record.keys()) == [k for k, _ in model.named_parameters()]
     x, y = linear_data()
     _, second, used = gradient_moments(model, x, y, samples=16, seed=derive_seed(5, _FISHER_SEED))
@@ -154,24 +163,24 @@ def test_batch_mode_and_topk_shape_the_reply() -> None:
     )
     model, result = _train(rule, settings)
     records = result.extras.array_records
-    assert set(records) == {protocol.EFL_FISHER, protocol.EFL_WEIGHTED, protocol.EFL_POSITIONS}
+    assert set(records) == {EFL_FISHER, EFL_WEIGHTED, EFL_POSITIONS}
     x, y = linear_data()
     expected = batch_fisher(
         model, x, y, samples=16, seed=derive_seed(5, _FISHER_SEED), batch_size=8
     )
     weight = expected[:8].astype(np.float32)  # classifier.weight: 2 x 4, k = 2 of 8
     kept = np.sort(np.argsort(-weight, kind="stable")[:2])
-    sent = records[protocol.EFL_FISHER]["classifier.weight"].numpy()
+    sent = records[EFL_FISHER]["classifier.weight"].numpy()
     np.testing.assert_allclose(sent, weight[kept], rtol=1e-6)
     w = model.classifier.weight.detach().numpy().reshape(-1)
     np.testing.assert_allclose(
-        records[protocol.EFL_WEIGHTED]["classifier.weight"].numpy(),
+        records[EFL_WEIGHTED]["classifier.weight"].numpy(),
         weight[kept] * w[kept],
         rtol=1e-6,
     )
 
 
 def test_no_fisher_terms_when_the_server_says_they_are_not_due() -> None:
-    received = RecordDict({protocol.CONFIG: ConfigRecord({protocol.EFL_FISHER_DUE: False})})
+    received = RecordDict({protocol.CONFIG: ConfigRecord({EFL_FISHER_DUE: False})})
     _, result = _train(EflRule(lam=0.0), TrainSettings(local_steps=1), received)
     assert not result.extras.array_records

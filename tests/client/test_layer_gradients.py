@@ -11,7 +11,7 @@ from torch import nn
 
 from client_app.layer_gradients import layer_gradient_sums, supported_layers
 from client_app.per_sample import gradient_moments, vmap_gradient_sums
-from fl_system import gsnr
+from fl_system.addons import gsnr
 from fl_system.cli import CONF_DIR
 from fl_system.experiment import build_model, load_dataset, partition_indices
 

@@ -15,7 +15,7 @@ from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.scaffold import C_I_STATE, ScaffoldRule
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
-from fl_system import protocol
+from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
 from fl_system.models import MLP
 
 CPU = torch.device("cpu")
@@ -55,7 +55,7 @@ def _params(model: nn.Module) -> dict[str, np.ndarray]:
 def _train(rule, *, c: ArrayRecord | None, state, steps: int, batch_size: int = 4):
     model = _model()
     x, y = _data()
-    received = RecordDict({protocol.SCAFFOLD_C: c}) if c is not None else RecordDict()
+    received = RecordDict({SCAFFOLD_C: c}) if c is not None else RecordDict()
     settings = TrainSettings(local_steps=steps, batch_size=batch_size, lr=LR)
     result = train_locally(
         model, x, y, rule, settings, seed=5, device=CPU, received=received, state=state
@@ -109,7 +109,7 @@ def test_option_two_update_of_c_i_and_the_reply(tmp_path: Path) -> None:
     assert result.steps == 7
     w_k = _params(model)
     saved = state.load(C_I_STATE)
-    delta = result.extras.array_records[protocol.SCAFFOLD_DELTA_C]
+    delta = result.extras.array_records[SCAFFOLD_DELTA_C]
     assert sorted(saved.keys()) == sorted(NAMES) == sorted(delta.keys())
     for name in NAMES:
         old = c_i[name].numpy().astype(np.float64)
@@ -130,7 +130,7 @@ def test_one_full_batch_step_makes_c_i_the_gradient_at_the_global_model(tmp_path
     saved = state.load(C_I_STATE)
     for name, p in model.named_parameters():
         np.testing.assert_allclose(saved[name].numpy(), p.grad.numpy(), atol=2e-6)
-        delta = result.extras.array_records[protocol.SCAFFOLD_DELTA_C][name].numpy()
+        delta = result.extras.array_records[SCAFFOLD_DELTA_C][name].numpy()
         np.testing.assert_allclose(delta, p.grad.numpy(), atol=2e-6)  # c_i was 0
 
 
@@ -149,12 +149,12 @@ def test_c_i_survives_rounds_and_a_supernode_restart(tmp_path: Path) -> None:
     model, second = _train(ScaffoldRule(), c=C, state=_state(tmp_path, RecordDict(), 2), steps=3)
     # the round-2 correction used the loaded c_i: c_i2 - c_i1 = -c + (w_g - w_k)/(steps lr)
     w_k = _params(model)
-    delta = second.extras.array_records[protocol.SCAFFOLD_DELTA_C]
+    delta = second.extras.array_records[SCAFFOLD_DELTA_C]
     for name in NAMES:
         expected = -C[name].numpy() + (w_g[name] - w_k[name]) / (3 * LR)
         np.testing.assert_allclose(delta[name].numpy(), expected, rtol=1e-5, atol=1e-5)
     # and the correction differed from round 1's, which started from c_i = 0
-    plain_delta = first.extras.array_records[protocol.SCAFFOLD_DELTA_C]
+    plain_delta = first.extras.array_records[SCAFFOLD_DELTA_C]
     assert not np.allclose(delta[NAMES[0]].numpy(), plain_delta[NAMES[0]].numpy())
 
 

@@ -11,7 +11,7 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.stem import _LAST_BATCH_SEED, StemRule
 from client_app.trainer import TrainSettings, batches, train_locally
-from fl_system import protocol
+from fl_system.algorithms.stem import STEM_MOMENTUM
 from fl_system.seeding import derive_seed
 from tests.client.tiny import linear_data, linear_model
 
@@ -39,11 +39,7 @@ def test_two_steps_and_the_reply_momentum_by_hand() -> None:
     d0 = [torch.full((2, 4), 0.3), torch.tensor([0.1, -0.1])]
     names = [k for k, _ in linear_model().named_parameters()]
     received = RecordDict(
-        {
-            protocol.STEM_MOMENTUM: ArrayRecord(
-                {k: Array(d.numpy()) for k, d in zip(names, d0, strict=True)}
-            )
-        }
+        {STEM_MOMENTUM: ArrayRecord({k: Array(d.numpy()) for k, d in zip(names, d0, strict=True)})}
     )
     model, result = _train(StemRule(a=A, batch_size=8), received)
     x, y = (torch.as_tensor(v) for v in linear_data())
@@ -65,7 +61,7 @@ def test_two_steps_and_the_reply_momentum_by_hand() -> None:
     b = torch.as_tensor(rng.choice(len(y), size=8, replace=False))
     g2, g1b = _grad(w2, x[b], y[b]), _grad(w1, x[b], y[b])
     d2 = [g + (1 - A) * (d - gp) for g, gp, d in zip(g2, g1b, d1, strict=True)]
-    sent = result.extras.array_records[protocol.STEM_MOMENTUM]
+    sent = result.extras.array_records[STEM_MOMENTUM]
     for name, expected in zip(names, d2, strict=True):
         torch.testing.assert_close(
             torch.as_tensor(sent[name].numpy()), expected, rtol=1e-5, atol=1e-6
@@ -81,7 +77,7 @@ def test_a_of_one_without_a_momentum_is_fedavg() -> None:
 
 def test_a_momentum_that_does_not_fit_is_refused() -> None:
     received = RecordDict(
-        {protocol.STEM_MOMENTUM: ArrayRecord({"classifier.weight": Array(np.zeros(3, np.float32))})}
+        {STEM_MOMENTUM: ArrayRecord({"classifier.weight": Array(np.zeros(3, np.float32))})}
     )
     with pytest.raises(ValueError, match=r"momentum does not fit parameter 'classifier\.weight'"):
         _train(StemRule(), received)

@@ -14,6 +14,7 @@ from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.taco import TacoRule
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import protocol
+from fl_system.algorithms.taco import TACO_ALPHA, TACO_LAST_UPDATE
 from tests.client.tiny import linear_data, linear_model
 
 CPU = torch.device("cpu")
@@ -24,10 +25,10 @@ def _received(u: float, alpha: float) -> RecordDict:
     shapes = {k: tuple(p.shape) for k, p in linear_model().named_parameters()}
     return RecordDict(
         {
-            protocol.TACO_LAST_UPDATE: ArrayRecord(
+            TACO_LAST_UPDATE: ArrayRecord(
                 {k: Array(np.full(s, u, np.float32)) for k, s in shapes.items()}
             ),
-            protocol.CONFIG: ConfigRecord({protocol.TACO_ALPHA: alpha}),
+            protocol.CONFIG: ConfigRecord({TACO_ALPHA: alpha}),
         }
     )
 

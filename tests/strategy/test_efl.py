@@ -10,6 +10,16 @@ import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from fl_system import protocol
+from fl_system.algorithms.efl import (
+    EFL_FISHER,
+    EFL_FISHER_DUE,
+    EFL_FISHER_SUM,
+    EFL_PENALTY,
+    EFL_POSITIONS,
+    EFL_SUM_POSITIONS,
+    EFL_WEIGHTED,
+    EFL_WEIGHTED_SUM,
+)
 from server_app.strategies.efl import Efl
 from tests.mock_replies import aggregate, plan, reply
 
@@ -29,8 +39,8 @@ def _reply(node: int, pid: int, n: int, w: list[float], u: list[float] | None):
         v = np.array(u, np.float32) * np.array(w, np.float32)
         extra = RecordDict(
             {
-                protocol.EFL_FISHER: ArrayRecord({"w": Array(np.array(u, np.float32))}),
-                protocol.EFL_WEIGHTED: ArrayRecord({"w": Array(v)}),
+                EFL_FISHER: ArrayRecord({"w": Array(np.array(u, np.float32))}),
+                EFL_WEIGHTED: ArrayRecord({"w": Array(v)}),
             }
         )
     arrays = [np.array(w, np.float32), np.array([7], np.int64)]
@@ -40,10 +50,10 @@ def _reply(node: int, pid: int, n: int, w: list[float], u: list[float] | None):
 def _sent(strategy: Efl) -> tuple[np.ndarray, np.ndarray]:
     (msg,) = strategy.train_messages(plan({11: 0}, _global(), rnd=2))
     records = msg.content.array_records
-    assert list(records[protocol.EFL_FISHER_SUM].keys()) == ["w"]  # float layers only
+    assert list(records[EFL_FISHER_SUM].keys()) == ["w"]  # float layers only
     return (
-        records[protocol.EFL_FISHER_SUM]["w"].numpy(),
-        records[protocol.EFL_WEIGHTED_SUM]["w"].numpy(),
+        records[EFL_FISHER_SUM]["w"].numpy(),
+        records[EFL_WEIGHTED_SUM]["w"].numpy(),
     )
 
 
@@ -79,7 +89,7 @@ def test_the_clients_penalties_are_averaged_by_data_size() -> None:
             [np.array([1.0, 2.0], np.float32), np.array([7], np.int64)],
             partition_id=pid,
             num_examples=n,
-            metrics={protocol.EFL_PENALTY: penalties[pid]},
+            metrics={EFL_PENALTY: penalties[pid]},
         )
         for pid, n in ((0, 1), (1, 3))
     ]
@@ -127,7 +137,7 @@ def test_fisher_every_keeps_the_sums_between_refresh_rounds() -> None:
     strategy = Efl(fisher_every=2)
     due = [
         strategy.node_content(plan({11: 0}, _global(), rnd=r), 0).config_records[protocol.CONFIG][
-            protocol.EFL_FISHER_DUE
+            EFL_FISHER_DUE
         ]
         for r in (1, 2, 3)
     ]
@@ -144,18 +154,18 @@ def test_topk_fisher_comm_sends_the_largest_sums_with_positions() -> None:
     aggregate(strategy, [_reply(11, 0, 1, [4.0, 2.0], [0.5, 3.0])], arrays=_global())
     (msg,) = strategy.train_messages(plan({11: 0}, _global(), rnd=2))
     records = msg.content.array_records
-    assert records[protocol.EFL_FISHER_SUM]["w"].numpy().tolist() == [3.0]
-    assert records[protocol.EFL_WEIGHTED_SUM]["w"].numpy().tolist() == [6.0]
-    assert records[protocol.EFL_SUM_POSITIONS]["w"].numpy().tolist() == [0b1000_0000]
+    assert records[EFL_FISHER_SUM]["w"].numpy().tolist() == [3.0]
+    assert records[EFL_WEIGHTED_SUM]["w"].numpy().tolist() == [6.0]
+    assert records[EFL_SUM_POSITIONS]["w"].numpy().tolist() == [0b1000_0000]
 
 
 def test_a_reply_with_unreadable_topk_positions_is_left_out_of_the_sums(caplog) -> None:
     one = ArrayRecord({"w": Array(np.array([0.5, 0.25], np.float32))})
     extra = RecordDict(
         {
-            protocol.EFL_FISHER: one,
-            protocol.EFL_WEIGHTED: one,
-            protocol.EFL_POSITIONS: ArrayRecord({"w": Array(np.array([255], np.uint8))}),
+            EFL_FISHER: one,
+            EFL_WEIGHTED: one,
+            EFL_POSITIONS: ArrayRecord({"w": Array(np.array([255], np.uint8))}),
         }
     )
     arrays = [np.array([1.0, 2.0], np.float32), np.array([7], np.int64)]

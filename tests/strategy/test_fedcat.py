@@ -13,9 +13,9 @@ import pytest
 from flwr.app import Array, ArrayRecord, Message
 
 from fl_system import protocol
-from fl_system.fedcat import ChainSchedule
 from server_app.rounds import RoundResult
 from server_app.strategies.fedcat import FedCat
+from server_app.strategies.fedcat_math import ChainSchedule
 from tests.mock_replies import drive, plan, reply
 
 N, K = 6, 3

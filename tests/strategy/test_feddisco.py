@@ -9,15 +9,17 @@ import pytest
 from flwr.app import MetricRecord
 
 from fl_system import protocol
+from fl_system.addons.disco import DISCO_COUNTS, DISCO_D, DISCO_TARGET
+from server_app.addons.disco import DiscoWeighting
 from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.feddisco import DiscoWeighting, FedDisco
+from server_app.strategies.feddisco import FedDisco
 from tests.mock_replies import aggregate, plan, reply
 
 
 def _reply(pid: int, value: float, n: int, d: float | None):
     msg = reply(100 + pid, [np.array([value], np.float32)], partition_id=pid, num_examples=n)
     if d is not None:
-        msg.content.metric_records[protocol.METRICS][protocol.DISCO_D] = d
+        msg.content.metric_records[protocol.METRICS][DISCO_D] = d
     return msg
 
 
@@ -89,10 +91,10 @@ def test_first_reported_d_is_cached_and_checkpointed() -> None:
 
 def test_global_target_from_handshake_counts_reaches_the_config() -> None:
     strategy = FedAvg(addons=[DiscoWeighting(target="global")])
-    strategy.on_handshake(0, MetricRecord({protocol.DISCO_COUNTS: [30.0, 10.0]}))
-    strategy.on_handshake(1, MetricRecord({protocol.DISCO_COUNTS: [10.0, 30.0]}))
+    strategy.on_handshake(0, MetricRecord({DISCO_COUNTS: [30.0, 10.0]}))
+    strategy.on_handshake(1, MetricRecord({DISCO_COUNTS: [10.0, 30.0]}))
     content = strategy.node_content(plan({11: 0}), 0)
-    assert content.config_records[protocol.CONFIG][protocol.DISCO_TARGET] == [0.5, 0.5]
+    assert content.config_records[protocol.CONFIG][DISCO_TARGET] == [0.5, 0.5]
 
 
 @pytest.mark.parametrize(

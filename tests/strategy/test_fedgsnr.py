@@ -39,9 +39,11 @@ from flwr.app import (
 )
 
 from fl_system import protocol
+from fl_system.addons.gsnr import GSNR_MEAN, GSNR_SAMPLES, GSNR_STATS, GSNR_VARIANCE
+from server_app.addons.gsnr import STATS_EXCHANGE, GsnrSchedule
 from server_app.rounds import Exchange
 from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.fedgsnr import STATS_EXCHANGE, FedGsnr, GsnrSchedule
+from server_app.strategies.fedgsnr import FedGsnr
 from tests.mock_replies import drive, plan, reply
 
 SQRT5 = math.sqrt(5)
@@ -59,14 +61,12 @@ STATS = {  # pid -> (n_k, m_k, v_k)
 def _stats_reply(query: Message, n: int, mean: list[float], variance: list[float]) -> Message:
     stats = ArrayRecord(
         {
-            protocol.GSNR_MEAN: Array(np.array(mean, np.float32)),
-            protocol.GSNR_VARIANCE: Array(np.array(variance, np.float32)),
+            GSNR_MEAN: Array(np.array(mean, np.float32)),
+            GSNR_VARIANCE: Array(np.array(variance, np.float32)),
         }
     )
-    metrics = MetricRecord({protocol.NUM_EXAMPLES: n, protocol.GSNR_SAMPLES: n})
-    return Message(
-        RecordDict({protocol.GSNR_STATS: stats, protocol.METRICS: metrics}), reply_to=query
-    )
+    metrics = MetricRecord({protocol.NUM_EXAMPLES: n, GSNR_SAMPLES: n})
+    return Message(RecordDict({GSNR_STATS: stats, protocol.METRICS: metrics}), reply_to=query)
 
 
 def _client(stats: dict, trained_to: dict[int, float] | None = None):
@@ -107,7 +107,7 @@ def test_a_round_asks_then_trains_each_client_its_own_steps(caplog) -> None:
     assert {m.metadata.message_type for m in query.messages} == {protocol.ASK}
     assert [m.metadata.dst_node_id for m in query.messages] == list(NODES)
     asked = query.messages[0].content
-    assert asked.config_records[protocol.CONFIG][protocol.QUESTION] == protocol.GSNR_STATS
+    assert asked.config_records[protocol.CONFIG][protocol.QUESTION] == GSNR_STATS
     assert asked.array_records[protocol.ARRAYS] is GLOBAL
 
     # pid 4 failed the query, pid 5 sent NaN, pid 3 got E = 0: none of them is trained

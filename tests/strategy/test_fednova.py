@@ -7,6 +7,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, Message
 
 from fl_system import protocol
+from fl_system.addons.disco import DISCO_D
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.fednova import FedNova
 from tests.mock_replies import aggregate, reply
@@ -144,11 +145,11 @@ def test_fednova_keeps_layer_names_of_the_sent_model() -> None:
 
 
 def test_disco_reweights_before_the_normalisation() -> None:
-    from server_app.strategies.feddisco import DiscoWeighting
+    from server_app.addons.disco import DiscoWeighting
 
     replies = _two_clients()
     for msg, d in zip(replies, [0.2, 0.8], strict=True):
-        msg.content.metric_records[protocol.METRICS][protocol.DISCO_D] = d
+        msg.content.metric_records[protocol.METRICS][DISCO_D] = d
     # n = [0.25, 0.75], d = [0.2, 0.8] (sum 1): s = [0.25 - 0.1 + 0.1, 0.75 - 0.4 + 0.1]
     # p = [0.25, 0.45] / 0.7 = [5/14, 9/14]; tau_eff = 10/14 + 36/14 = 23/7
     # layer 0: [1, 2] + [2 * (5/14)(23/7)/2, 4 * (9/14)(23/7)/4] = [1 + 115/98, 2 + 207/98]

@@ -9,6 +9,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from fl_system import protocol
+from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
 from server_app.strategies.scaffold import Scaffold
 from tests.mock_replies import aggregate, plan, reply
 
@@ -27,14 +28,14 @@ def _reply(node: int, pid: int, n: int, w: list[float], dc: list[float] | None):
     extra = None
     if dc is not None:
         delta = ArrayRecord({"layer.weight": Array(np.array(dc, np.float32))})
-        extra = RecordDict({protocol.SCAFFOLD_DELTA_C: delta})
+        extra = RecordDict({SCAFFOLD_DELTA_C: delta})
     arrays = [np.array(w, np.float32), np.array([7], np.int64)]
     return reply(node, arrays, partition_id=pid, num_examples=n, extra=extra)
 
 
 def _c_sent(strategy: Scaffold, arrays: ArrayRecord, nodes: dict[int, int]) -> list[np.ndarray]:
     msgs = strategy.train_messages(plan(nodes, arrays, rnd=2))
-    records = [m.content.array_records[protocol.SCAFFOLD_C] for m in msgs]
+    records = [m.content.array_records[SCAFFOLD_C] for m in msgs]
     assert all(list(r.keys()) == ["layer.weight"] for r in records)
     return [r["layer.weight"].numpy() for r in records]
 
@@ -43,7 +44,7 @@ def test_first_round_sends_zero_c_to_every_node() -> None:
     strategy = Scaffold(num_clients=4)
     msgs = strategy.train_messages(plan({11: 0, 12: 1}, _global()))
     for m in msgs:
-        c = m.content.array_records[protocol.SCAFFOLD_C]
+        c = m.content.array_records[SCAFFOLD_C]
         assert list(c.keys()) == ["layer.weight"]
         np.testing.assert_array_equal(c["layer.weight"].numpy(), [0.0, 0.0])
         assert c["layer.weight"].numpy().dtype == np.float32
@@ -105,7 +106,7 @@ def test_reply_without_delta_c_is_averaged_but_left_out_of_c(
             [np.array([2.0, 2.0], np.float32), np.array([7], np.int64)],
             partition_id=2,
             num_examples=2,
-            extra=RecordDict({protocol.SCAFFOLD_DELTA_C: bad_shape}),
+            extra=RecordDict({SCAFFOLD_DELTA_C: bad_shape}),
         ),
     ]
     with caplog.at_level(logging.WARNING):

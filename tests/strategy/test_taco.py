@@ -11,6 +11,7 @@ import pytest
 from flwr.app import Array, ArrayRecord
 
 from fl_system import protocol
+from fl_system.algorithms.taco import TACO_ALPHA, TACO_LAST_UPDATE
 from server_app.strategies.taco import Taco
 from tests.mock_replies import aggregate, plan, reply
 
@@ -70,16 +71,16 @@ def test_next_round_sends_the_last_update_and_each_clients_alpha() -> None:
     strategy = _taco()
     first = [m.content for m in strategy.train_messages(plan({11: 0, 12: 2}, _global()))]
     for content in first:
-        assert content.array_records[protocol.TACO_LAST_UPDATE]["w"].numpy().tolist() == [0, 0]
-        assert content.config_records[protocol.CONFIG][protocol.TACO_ALPHA] == 0.1
+        assert content.array_records[TACO_LAST_UPDATE]["w"].numpy().tolist() == [0, 0]
+        assert content.config_records[protocol.CONFIG][TACO_ALPHA] == 0.1
     result = aggregate(strategy, _replies(DELTAS), arrays=_global())
     new = result.arrays
     messages = strategy.train_messages(plan({11: 0, 13: 2}, new, rnd=2))
     for msg, pid in zip(messages, (0, 2), strict=True):
-        u = msg.content.array_records[protocol.TACO_LAST_UPDATE]
+        u = msg.content.array_records[TACO_LAST_UPDATE]
         assert list(u.keys()) == ["w"]  # float layers only
         np.testing.assert_allclose(u["w"].numpy(), -new["w"].numpy())  # w_prev - w, w_prev = 0
-        alpha = msg.content.config_records[protocol.CONFIG][protocol.TACO_ALPHA]
+        alpha = msg.content.config_records[protocol.CONFIG][TACO_ALPHA]
         assert alpha == pytest.approx(ALPHA[pid], abs=1e-12)
 
 
@@ -161,7 +162,7 @@ def test_state_survives_a_checkpoint() -> None:
     np.testing.assert_array_equal(restored.alpha, strategy.alpha)
     sent = restored.train_messages(plan({11: 0}, _global(), rnd=2))[0].content
     np.testing.assert_array_equal(
-        sent.array_records[protocol.TACO_LAST_UPDATE]["w"].numpy(),
+        sent.array_records[TACO_LAST_UPDATE]["w"].numpy(),
         strategy.last_update.values["w"].astype(np.float32),
     )
 

@@ -11,6 +11,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from fl_system import protocol
+from fl_system.algorithms.stem import STEM_MOMENTUM
 from server_app.strategies.fedacg import FedAcg
 from server_app.strategies.foolsgold import FoolsGold
 from server_app.strategies.stem import Stem
@@ -27,7 +28,7 @@ def _reply(node: int, pid: int, n: int, w: list[float], momentum: list[float] | 
     extra = None
     if momentum is not None:
         extra = RecordDict(
-            {protocol.STEM_MOMENTUM: ArrayRecord({"w": Array(np.array(momentum, np.float32))})}
+            {STEM_MOMENTUM: ArrayRecord({"w": Array(np.array(momentum, np.float32))})}
         )
     arrays = [np.array(w, np.float32), np.array([7], np.int64)]
     return reply(node, arrays, partition_id=pid, num_examples=n, extra=extra)
@@ -68,7 +69,7 @@ def test_stem_averages_models_and_momenta_and_sends_the_momentum_back(caplog) ->
     strategy = Stem()
     first = _record([0.0, 0.0])
     (msg,) = strategy.train_messages(plan({11: 0}, first))
-    assert protocol.STEM_MOMENTUM not in msg.content.array_records
+    assert STEM_MOMENTUM not in msg.content.array_records
     replies = [
         _reply(11, 0, 1, [1.0, 2.0], momentum=[1.0, 2.0]),
         _reply(12, 1, 3, [3.0, -2.0], momentum=[2.0, 0.0]),
@@ -76,7 +77,7 @@ def test_stem_averages_models_and_momenta_and_sends_the_momentum_back(caplog) ->
     result = aggregate(strategy, replies, arrays=first)
     np.testing.assert_allclose(result.arrays["w"].numpy(), [2.5, -1.0])
     (msg,) = strategy.train_messages(plan({11: 0}, result.arrays, rnd=2))
-    sent = msg.content.array_records[protocol.STEM_MOMENTUM]
+    sent = msg.content.array_records[STEM_MOMENTUM]
     np.testing.assert_allclose(sent["w"].numpy(), [1.75, 0.5])
     assert result.metrics["server_state_norm"] == pytest.approx(math.hypot(1.75, 0.5))
     with caplog.at_level(logging.WARNING):

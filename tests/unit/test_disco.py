@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.disco import (
+from fl_system.addons.disco import (
     disco_weights,
     discrepancy,
     label_distribution,

@@ -1,5 +1,5 @@
-"""EFL's math (fl_system.efl) and straggler budgets (fl_system.stragglers): EFL spec 2.1, 2.5,
-5, 6.4 and the checks of section 7."""
+"""EFL's math (fl_system.algorithms.efl) and straggler budgets (fl_system.stragglers): EFL spec
+2.1, 2.5, 5, 6.4 and the checks of section 7."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fl_system.codecs import CodecError
-from fl_system.efl import (
+from fl_system.algorithms.efl import (
     decode_fisher,
     encode_fisher,
     penalty_gradient,
@@ -16,6 +15,7 @@ from fl_system.efl import (
     progress_factor,
     stable_sums,
 )
+from fl_system.codecs import CodecError
 from fl_system.stragglers import persistent_budget, round_budget
 
 RNG = np.random.default_rng(0)

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from fl_system.fedcat import (
+from server_app.strategies.fedcat_math import (
     ChainSchedule,
     chain_devices,
     copies_average,

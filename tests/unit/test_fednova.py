@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.fednova import fednova_coefficients, fednova_update
+from server_app.strategies.fednova_math import fednova_coefficients, fednova_update
 
 
 def test_coefficients_exact() -> None:

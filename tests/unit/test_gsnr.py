@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fl_system import gsnr
+from fl_system.addons import gsnr
 
 B = 64
 

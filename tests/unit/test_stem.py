@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fl_system.stem import stem_direction
+from client_app.algorithms.stem import stem_direction
 
 
 def test_direction_is_the_gradient_plus_the_corrected_old_direction() -> None:

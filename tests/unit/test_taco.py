@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fl_system.aggregation import normalized_or_uniform
-from fl_system.taco import (
+from fl_system.algorithms.taco import (
     correction_per_step,
     record_strikes,
     tailored_coefficients,

@@ -1,4 +1,5 @@
-"""FedDisco (Ye et al., ICML 2023), client half: the scalar d_k, never the label histogram.
+"""Disco weighting (FedDisco, Ye et al., ICML 2023), the add-on's client half: the scalar d_k,
+never the label histogram.
 
 Local training is the base algorithm's; FedDisco only needs each client's distance d_k
 between its label distribution and the target T (uniform, or the one the server derives from
@@ -13,8 +14,14 @@ import numpy as np
 from flwr.app import ConfigRecord
 
 from client_app.addons import ClientHooks, LocalData
-from fl_system import protocol
-from fl_system.disco import discrepancy, label_distribution, uniform_target
+from fl_system.addons.disco import (
+    DISCO_COUNTS,
+    DISCO_D,
+    DISCO_TARGET,
+    discrepancy,
+    label_distribution,
+    uniform_target,
+)
 
 
 def label_counts(labels: np.ndarray, num_classes: int) -> np.ndarray:
@@ -37,14 +44,14 @@ class DiscoReport(ClientHooks):
         if self.target != "global":
             return {}
         counts = label_counts(data()[1], self.num_classes)
-        return {protocol.DISCO_COUNTS: counts.astype(float).tolist()}
+        return {DISCO_COUNTS: counts.astype(float).tolist()}
 
     def reply_metrics(self, data: LocalData, config: ConfigRecord) -> dict[str, float]:
         """{disco-d: d_k}, against the target the server sent or the uniform one."""
-        if protocol.DISCO_TARGET in config:
-            target = np.maximum(np.asarray(config[protocol.DISCO_TARGET], dtype=np.float64), 1e-12)
+        if DISCO_TARGET in config:
+            target = np.maximum(np.asarray(config[DISCO_TARGET], dtype=np.float64), 1e-12)
             target = target / target.sum()
         else:
             target = uniform_target(self.num_classes)
         dist = label_distribution(label_counts(data[1], self.num_classes))
-        return {protocol.DISCO_D: discrepancy(dist, target, self.metric)}
+        return {DISCO_D: discrepancy(dist, target, self.metric)}

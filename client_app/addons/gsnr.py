@@ -1,11 +1,12 @@
-"""FedGSNR, client half: gradient statistics at the received global model.
+"""The GSNR step schedule (FedGSNR), the add-on's client half: gradient statistics at the
+received global model.
 
 Before any local step the client draws `samples` examples without replacement (all of them
 when it holds fewer), takes exact per-sample gradients of the data loss in eval mode
 (`client_app.per_sample`: one batched backward pass for Linear/Conv2d models, else
 torch.func's vmap of grad), and returns their mean m_k and biased diagonal variance v_k,
 flattened over the trainable parameters in `named_parameters()` order (spec 1.2, 1.10).
-The server turns them into this client's number of local steps (`fl_system.gsnr`).
+The server turns them into this client's number of local steps (`fl_system.addons.gsnr`).
 An add-on (`algorithm.gsnr.client`): local training stays the base algorithm's.
 """
 
@@ -19,12 +20,13 @@ from torch import nn
 from client_app.addons import ClientHooks, LocalData
 from client_app.per_sample import gradient_moments
 from fl_system import protocol
+from fl_system.addons.gsnr import GSNR_MEAN, GSNR_SAMPLES, GSNR_STATS, GSNR_VARIANCE
 
 
 class GsnrStatistics(ClientHooks):
     """Answers the server's `gsnr-stats` query with m_k and v_k (float32 on the wire)."""
 
-    question = protocol.GSNR_STATS
+    question = GSNR_STATS
 
     def __init__(self, *, samples: int = 64) -> None:
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
@@ -45,14 +47,14 @@ class GsnrStatistics(ClientHooks):
         )
         stats = ArrayRecord(
             {
-                protocol.GSNR_MEAN: Array(mean.astype(np.float32)),
-                protocol.GSNR_VARIANCE: Array(variance.astype(np.float32)),
+                GSNR_MEAN: Array(mean.astype(np.float32)),
+                GSNR_VARIANCE: Array(variance.astype(np.float32)),
             }
         )
         return RecordDict(
             {
-                protocol.GSNR_STATS: stats,
-                protocol.METRICS: MetricRecord({protocol.GSNR_SAMPLES: used}),
+                GSNR_STATS: stats,
+                protocol.METRICS: MetricRecord({GSNR_SAMPLES: used}),
             }
         )
 

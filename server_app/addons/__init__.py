@@ -21,6 +21,7 @@ from server_app.strategies.replies import ClientReply
 class ServerAddon:
     """Every hook is a no-op; an add-on overrides what it changes."""
 
+    name = ""  # its key under `algorithm.` (`disco`, `gsnr`), for messages
     state_prefix = ""  # the add-on's checkpoint keys start with this, e.g. "disco/"
     weighting: str | None = None  # how it weighs clients, if it replaces the strategy's weights
 
@@ -60,3 +61,16 @@ class StepSchedule(ServerAddon):
 
     Strategies whose aggregation undoes a step allocation (FedNova) refuse it.
     """
+
+
+Refusal = tuple[type[ServerAddon], str]  # a kind of add-on a strategy cannot take, and why
+
+
+def check_refusals(addons: Sequence[ServerAddon], refused: Sequence[Refusal], name: str) -> None:
+    """One clear error for an enabled add-on that algorithm `name` cannot take."""
+    for addon in addons:
+        for kind, why in refused:
+            if isinstance(addon, kind):
+                raise ValueError(
+                    f"algorithm.{addon.name}.enabled=true cannot be used with {name}: {why}"
+                )

@@ -9,12 +9,30 @@ so a client needs only U and V, never the other clients' models.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypeVar
 
 import numpy as np
+from flwr.app import Array, ArrayRecord, RecordDict
 
 from fl_system.codecs import CodecError, kept_count, read_positions, top_k
 from fl_system.golomb import encode_positions
+
+# EFL: the sums U = sum u_k and V = sum u_k * w_k of last round's reporters (down), and a
+# client's Fisher diagonal u_k and u_k * w_k at its end model (up), keyed by parameter name.
+EFL_FISHER_SUM = "efl-U"
+EFL_WEIGHTED_SUM = "efl-V"
+EFL_FISHER = "efl-u"
+EFL_WEIGHTED = "efl-v"
+# With fisher_comm=topk only the largest entries travel; their packed positions (uint8) go
+# under these keys beside the values (`fisher_records` below). EFL_FISHER_DUE (config,
+# down): whether the client computes and sends u, v this round (fisher_every).
+EFL_SUM_POSITIONS = "efl-UV-positions"
+EFL_POSITIONS = "efl-uv-positions"
+EFL_FISHER_DUE = "efl-fisher-due"
+EFL_PENALTY = "efl-penalty"  # metric (up): the penalty at the client's end model, less Z
+EFL_UP = (EFL_FISHER, EFL_WEIGHTED, EFL_POSITIONS)
+EFL_DOWN = (EFL_FISHER_SUM, EFL_WEIGHTED_SUM, EFL_SUM_POSITIONS)
 
 T = TypeVar("T")  # np.ndarray or torch.Tensor
 
@@ -107,3 +125,55 @@ def decode_fisher(
     dense_u, dense_v = np.zeros(n, np.float32), np.zeros(n, np.float32)
     dense_u[kept], dense_v[kept] = u, v
     return dense_u.reshape(shape), dense_v.reshape(shape)
+
+
+# ----- the Fisher terms in messages ------------------------------------------------------------
+# EFL's Fisher terms in messages: u and v (or the sums U and V) per layer, as `fisher_comm`
+# encodes them (`encode_fisher`), one ArrayRecord each plus one of packed
+# positions when only the largest entries travel. Both directions use it: clients send u, v;
+# the server sends U, V. Reading is format-driven, so the receiver needs only the shapes.
+def fisher_records(
+    pairs: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    keys: tuple[str, str, str],
+    *,
+    comm: str,
+    q: float,
+) -> RecordDict:
+    """{fisher key: u per layer, weighted key: v per layer[, positions key: positions]}."""
+    fisher_key, weighted_key, positions_key = keys
+    fisher, weighted, positions = {}, {}, {}
+    for name, (u, v) in pairs.items():
+        eu, ev, packed = encode_fisher(u, v, comm=comm, q=q)
+        fisher[name], weighted[name] = Array(eu), Array(ev)
+        if packed is not None:
+            positions[name] = Array(np.frombuffer(packed, dtype=np.uint8))
+    out = RecordDict({fisher_key: ArrayRecord(fisher), weighted_key: ArrayRecord(weighted)})
+    if positions:
+        out[positions_key] = ArrayRecord(positions)
+    return out
+
+
+def read_fisher(
+    content: RecordDict, keys: tuple[str, str, str], shapes: Mapping[str, tuple[int, ...]]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Dense float32 {layer: (u, v)} from a message; raises CodecError naming what is wrong."""
+    fisher_key, weighted_key, positions_key = keys
+    fisher = content.array_records.get(fisher_key)
+    weighted = content.array_records.get(weighted_key)
+    positions = content.array_records.get(positions_key)
+    if fisher is None or weighted is None:
+        raise CodecError(f"lacks '{fisher_key}' or '{weighted_key}'")
+    if set(fisher.keys()) != set(weighted.keys()):
+        raise CodecError("u and v name different layers")
+    out = {}
+    for name in fisher:
+        if name not in shapes:
+            raise CodecError(f"u has layer '{name}' that the model does not have")
+        packed = positions[name].numpy().tobytes() if positions and name in positions else None
+        try:
+            out[name] = decode_fisher(
+                fisher[name].numpy(), weighted[name].numpy(), packed, tuple(shapes[name])
+            )
+        except CodecError as err:
+            raise CodecError(f"layer '{name}': {err}") from None
+    return out

@@ -1,4 +1,5 @@
-"""FedGSNR's server-side math, as plain functions on arrays (float64).
+"""The GSNR step schedule (FedGSNR): its message keys and its math, as plain functions on
+arrays (float64), computed on the server from what the clients send.
 
 Each sampled client k sends its mean gradient m_k and diagonal gradient variance v_k at the
 global model. The server pools them (law of total variance), gives every client its optimal
@@ -14,6 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+# FedGSNR: the question, and the reply's ArrayRecord of the mean gradient m_k and diagonal
+# variance v_k at the received model, with the number of samples s in the metrics.
+GSNR_STATS = "gsnr-stats"
+GSNR_MEAN = "mean"
+GSNR_VARIANCE = "variance"
+GSNR_SAMPLES = "gsnr-samples"
 
 ALLOCATIONS = ("matched", "scaled")
 PARALLEL_EPS = 1e-12  # L*N - M^2 is clamped to this share of L*N: parallel descriptors

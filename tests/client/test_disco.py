@@ -7,8 +7,8 @@ import pytest
 from flwr.app import ConfigRecord
 from hydra import compose, initialize_config_dir
 
-from client_app.algorithms.feddisco import DiscoReport
-from fl_system import protocol
+from client_app.addons.disco import DiscoReport
+from fl_system.addons.disco import DISCO_COUNTS, DISCO_D, DISCO_TARGET
 from fl_system.cli import CONF_DIR
 from fl_system.experiment import build_client_addons
 
@@ -26,7 +26,7 @@ def test_d_is_kl_to_uniform() -> None:
     (report,) = _report("algorithm=feddisco")
     assert isinstance(report, DiscoReport)
     got = report.reply_metrics((np.zeros((4, 1)), LABELS), ConfigRecord())
-    assert got == {protocol.DISCO_D: pytest.approx(np.log(10 / 2))}
+    assert got == {DISCO_D: pytest.approx(np.log(10 / 2))}
     assert report.handshake_metrics(lambda: (np.zeros((4, 1)), LABELS)) == {}
 
 
@@ -37,7 +37,7 @@ def test_nothing_is_sent_when_disco_is_off() -> None:
 def test_global_target_uses_the_broadcast_distribution() -> None:
     (report,) = _report("algorithm=feddisco", "algorithm.disco.target=global")
     data = (np.zeros((4, 1)), LABELS)
-    counts = report.handshake_metrics(lambda: data)[protocol.DISCO_COUNTS]
+    counts = report.handshake_metrics(lambda: data)[DISCO_COUNTS]
     assert counts == [2.0, 2.0] + [0.0] * 8
-    target = ConfigRecord({protocol.DISCO_TARGET: [0.5, 0.5] + [0.0] * 8})
-    assert report.reply_metrics(data, target)[protocol.DISCO_D] == pytest.approx(0.0, abs=1e-9)
+    target = ConfigRecord({DISCO_TARGET: [0.5, 0.5] + [0.0] * 8})
+    assert report.reply_metrics(data, target)[DISCO_D] == pytest.approx(0.0, abs=1e-9)

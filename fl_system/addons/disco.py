@@ -1,4 +1,5 @@
-"""FedDisco's discrepancy-aware aggregation weights, as plain functions on arrays.
+"""Disco weighting (FedDisco): its message keys and its discrepancy-aware aggregation weights,
+as plain functions on arrays.
 
 p_k = ReLU(n_k - a * d_k + b) / sum_m ReLU(n_m - a * d_m + b), with n_k the participants'
 data shares and d_k the distance of client k's label distribution from a target T
@@ -14,6 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from fl_system.aggregation import cosine
+
+# FedDisco: a client's discrepancy d_k (up, every train reply), the target distribution T
+# (down, only for target=global), and label counts (up, handshake, only for target=global).
+DISCO_D = "disco-d"
+DISCO_TARGET = "disco-target"
+DISCO_COUNTS = "disco-counts"
 
 METRICS = ("kl", "l1", "l2", "cosine")
 NORMALIZATIONS = ("auto", "sum", "none")

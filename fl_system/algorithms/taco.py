@@ -22,6 +22,11 @@ import numpy as np
 
 from fl_system.aggregation import cosines_to_mean, relative_norms
 
+# TACO: the last global update u = w_{t-1} - w_t (down, ArrayRecord by layer name) and this
+# client's tailored coefficient alpha_i (config, down), which sets its correction 1 - alpha_i.
+TACO_LAST_UPDATE = "taco-u"
+TACO_ALPHA = "taco-alpha"
+
 
 def tailored_coefficients(uploads: np.ndarray) -> np.ndarray:
     """alpha_i for each row of `uploads` (clients x parameters), computed in float64.

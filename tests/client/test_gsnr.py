@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from client_app.algorithms.fedgsnr import gradient_statistics
-from fl_system import gsnr
+from client_app.addons.gsnr import gradient_statistics
+from fl_system.addons import gsnr
 from fl_system.data.corruption import corrupt
 
 
