@@ -2,78 +2,59 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from fl_system.addons import check_settings
 from fl_system.data.corruption import KINDS
 from fl_system.freeloaders import KINDS as FREELOADER_KINDS
 from fl_system.malicious import KINDS as MALICIOUS_KINDS
+from fl_system.value_checks import (
+    ConfigError,
+    Rule,
+    above_one,
+    integer_at_least,
+    non_negative_number,
+    optional,
+    positive_number,
+    probability,
+    refusal,
+)
 
-
-class ConfigError(ValueError):
-    """The config asks for something impossible; the message names the key."""
-
-
-def _int(minimum: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-
-
-def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
-def _positive_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
-
-
-def _non_negative_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
-
-
-def _above_one(v: Any) -> bool:
-    return _positive_number(v) and v > 1
-
-
-def _probability(v: Any) -> bool:
-    return _non_negative_number(v) and v <= 1
-
-
-_ABSENT = object()
-RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "seed": (_int(0), "a non-negative integer"),
-    "num_clients": (_int(1), "a positive integer"),
-    "num_rounds": (_int(1), "a positive integer"),
-    "eval_every": (_int(1), "a positive integer"),
-    "clients_per_round": (_optional(_int(1)), "null or a positive integer"),
-    "min_clients": (_optional(_int(1)), "null or a positive integer"),
+RULES: dict[str, Rule] = {
+    "seed": (integer_at_least(0), "a non-negative integer"),
+    "num_clients": (integer_at_least(1), "a positive integer"),
+    "num_rounds": (integer_at_least(1), "a positive integer"),
+    "eval_every": (integer_at_least(1), "a positive integer"),
+    "clients_per_round": (optional(integer_at_least(1)), "null or a positive integer"),
+    "min_clients": (optional(integer_at_least(1)), "null or a positive integer"),
     "target_accuracy": (
-        _optional(lambda v: _positive_number(v) and v <= 1),
+        optional(lambda v: positive_number(v) and v <= 1),
         "null or a number in (0, 1]",
     ),
-    "round_timeout": (_positive_number, "a positive number of seconds"),
+    "round_timeout": (positive_number, "a positive number of seconds"),
     "resume": (lambda v: isinstance(v, bool), "true or false"),
     "keep_client_state": (lambda v: isinstance(v, bool), "true or false"),
-    "train.local_epochs": (_int(1), "a positive integer"),
-    "train.local_steps": (_optional(_int(1)), "null or a positive integer"),
-    "train.batch_size": (_int(1), "a positive integer"),
-    "train.lr": (_positive_number, "a positive number"),
-    "train.momentum": (lambda v: _non_negative_number(v) and v < 1, "a number in [0, 1)"),
-    "train.weight_decay": (_non_negative_number, "a number >= 0"),
-    "stragglers.incomplete": (_probability, "a probability in [0, 1]"),
-    "stragglers.inactive": (_probability, "a probability in [0, 1]"),
+    "train.local_epochs": (integer_at_least(1), "a positive integer"),
+    "train.local_steps": (optional(integer_at_least(1)), "null or a positive integer"),
+    "train.batch_size": (integer_at_least(1), "a positive integer"),
+    "train.lr": (positive_number, "a positive number"),
+    "train.momentum": (lambda v: non_negative_number(v) and v < 1, "a number in [0, 1)"),
+    "train.weight_decay": (non_negative_number, "a number >= 0"),
+    "stragglers.incomplete": (probability, "a probability in [0, 1]"),
+    "stragglers.inactive": (probability, "a probability in [0, 1]"),
     "compression.server_apply": (
         lambda v: v in ("recommended", "full"),
         "recommended or full",
     ),
     "client_eval.enabled": (lambda v: isinstance(v, bool), "true or false"),
     "client_eval.test_fraction": (
-        lambda v: _positive_number(v) and v < 1,
+        lambda v: positive_number(v) and v < 1,
         "a number in (0, 1)",
     ),
     "clients.corrupt.kind": (lambda v: v in KINDS, f"one of {', '.join(KINDS)}"),
-    "clients.corrupt.shift": (_int(1), "a positive integer"),
+    "clients.corrupt.shift": (integer_at_least(1), "a positive integer"),
     "clients.freeloaders.kind": (
         lambda v: v in FREELOADER_KINDS,
         f"one of {', '.join(FREELOADER_KINDS)}",
@@ -82,35 +63,19 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: str(v) in MALICIOUS_KINDS,  # str: Hydra reads nan and inf as floats
         f"one of {', '.join(MALICIOUS_KINDS)}",
     ),
-    "clients.malicious.scale": (_positive_number, "a positive number"),
-    "aggregation.norm_ratio": (_optional(_above_one), "null (off) or a number above 1"),
-    "aggregation.examples_ratio": (_optional(_above_one), "null (off) or a number above 1"),
-    "aggregation.max_reply_ratio": (_optional(_positive_number), "null or a positive number"),
-}
-
-
-# The add-ons' numbers, checked where an algorithm has the add-on, enabled or not (their
-# classes check them again when built; a disabled one is not built, since it may need
-# settings only its enabled form uses, e.g. FedGSNR's train.local_steps).
-ADDON_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "algorithm.disco.a": (_non_negative_number, "a number >= 0"),
-    "algorithm.disco.b": (_non_negative_number, "a number >= 0"),
-    "algorithm.gsnr.samples": (_int(1), "an integer >= 1"),
-    "algorithm.gsnr.max_steps": (_optional(_int(1)), "null or an integer >= 1"),
+    "clients.malicious.scale": (positive_number, "a positive number"),
+    "aggregation.norm_ratio": (optional(above_one), "null (off) or a number above 1"),
+    "aggregation.examples_ratio": (optional(above_one), "null (off) or a number above 1"),
+    "aggregation.max_reply_ratio": (optional(positive_number), "null or a positive number"),
 }
 
 
 def check_values(cfg: DictConfig) -> None:
-    """Type and range checks of the top-level settings (and the add-ons' numbers)."""
-    present = {
-        k: v
-        for k, v in ADDON_RULES.items()
-        if OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT
-    }
-    for key, (ok, expected) in {**RULES, **present}.items():
-        value = OmegaConf.select(cfg, key)
-        if not ok(value):
-            raise ConfigError(f"{key} must be {expected}, got {value!r}")
+    """Type and range checks of the top-level settings and the add-ons' own."""
+    for key, rule in RULES.items():
+        if problem := refusal(key, rule, OmegaConf.select(cfg, key)):
+            raise ConfigError(problem)
+    _check_addon_settings(cfg)
     if cfg.clients_per_round is not None and cfg.clients_per_round > cfg.num_clients:
         raise ConfigError(
             f"clients_per_round ({cfg.clients_per_round}) exceeds num_clients ({cfg.num_clients})"
@@ -125,6 +90,14 @@ def check_values(cfg: DictConfig) -> None:
             f"compression.up=none (got compression.up={cfg.compression.up.name})"
         )
     _check_stragglers(cfg)
+
+
+def _check_addon_settings(cfg: DictConfig) -> None:
+    """Every mounted add-on's settings, enabled or not, by the rules of its module: the add-on
+    under `algorithm.<name>` is `fl_system.addons.<name>`, whose halves check the same rules."""
+    for name, node in cfg.algorithm.items():
+        if isinstance(node, DictConfig) and {"enabled", "server", "client"} <= set(node.keys()):
+            check_settings(str(name), node)
 
 
 def _check_stragglers(cfg: DictConfig) -> None:
@@ -144,7 +117,9 @@ def _check_stragglers(cfg: DictConfig) -> None:
 
 
 def _check_partition_ids(key: str, ids: Any, num_clients: int) -> None:
-    valid = isinstance(ids, ListConfig | list) and all(_int(0)(i) and i < num_clients for i in ids)
+    valid = isinstance(ids, ListConfig | list) and all(
+        integer_at_least(0)(i) and i < num_clients for i in ids
+    )
     if not valid:
         raise ConfigError(
             f"{key} must be a list of partition ids in 0..{num_clients - 1}, "

@@ -20,6 +20,7 @@ from torch import nn
 from client_app.addons import ClientHooks, LocalData
 from client_app.per_sample import gradient_moments
 from fl_system import protocol
+from fl_system.addons import check_settings
 from fl_system.addons.gsnr import GSNR_MEAN, GSNR_SAMPLES, GSNR_STATS, GSNR_VARIANCE
 
 
@@ -29,8 +30,7 @@ class GsnrStatistics(ClientHooks):
     question = GSNR_STATS
 
     def __init__(self, *, samples: int = 64) -> None:
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"algorithm.gsnr.samples must be an integer >= 1, got {samples!r}")
+        check_settings("gsnr", {"samples": samples})
         self.samples = samples
 
     def answer(

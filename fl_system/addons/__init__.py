@@ -5,3 +5,22 @@ type down to its modules: `algorithm.<name>.*`, `conf/addon/<name>.yaml` (mounte
 `algorithm.<name>` for every algorithm by conf/config.yaml), `fl_system/addons/<name>.py`,
 `server_app/addons/<name>.py` and `client_app/addons/<name>.py`.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from fl_system.value_checks import ConfigError, refusal
+
+
+def check_settings(name: str, values: Mapping[str, Any]) -> None:
+    """Refuse, naming `algorithm.<name>.<key>`, a value the rules of add-on `name` reject.
+
+    The rules are its module's SETTINGS; fl-run checks them for every mounted add-on, enabled
+    or not, and the add-on's halves check their own arguments with them when built."""
+    settings = importlib.import_module(f"{__name__}.{name}").SETTINGS
+    for key, rule in settings.items():
+        if key in values and (problem := refusal(f"algorithm.{name}.{key}", rule, values[key])):
+            raise ConfigError(problem)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fl_system.aggregation import cosine
+from fl_system.value_checks import Rule, non_negative_number
 
 # FedDisco: a client's discrepancy d_k (up, every train reply), the target distribution T
 # (down, only for target=global), and label counts (up, handshake, only for target=global).
@@ -24,6 +25,16 @@ DISCO_COUNTS = "disco-counts"
 
 METRICS = ("kl", "l1", "l2", "cosine")
 NORMALIZATIONS = ("auto", "sum", "none")
+TARGETS = ("uniform", "global")
+
+# algorithm.disco.<key>: checked before a run starts (fl_system.addons.check_settings).
+SETTINGS: dict[str, Rule] = {
+    "a": (non_negative_number, "a number >= 0"),
+    "b": (non_negative_number, "a number >= 0"),
+    "metric": (lambda v: v in METRICS, f"one of {', '.join(METRICS)}"),
+    "normalize_d": (lambda v: v in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
+    "target": (lambda v: v in TARGETS, f"one of {', '.join(TARGETS)}"),
+}
 
 
 def label_distribution(counts: Sequence[float]) -> np.ndarray:

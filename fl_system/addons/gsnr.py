@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_system.value_checks import Rule, integer_at_least, optional
+
 # FedGSNR: the question, and the reply's ArrayRecord of the mean gradient m_k and diagonal
 # variance v_k at the received model, with the number of samples s in the metrics.
 GSNR_STATS = "gsnr-stats"
@@ -24,6 +26,13 @@ GSNR_VARIANCE = "variance"
 GSNR_SAMPLES = "gsnr-samples"
 
 ALLOCATIONS = ("matched", "scaled")
+
+# algorithm.gsnr.<key>: checked before a run starts (fl_system.addons.check_settings).
+SETTINGS: dict[str, Rule] = {
+    "samples": (integer_at_least(1), "an integer >= 1"),
+    "allocation": (lambda v: v in ALLOCATIONS, f"one of {', '.join(ALLOCATIONS)}"),
+    "max_steps": (optional(integer_at_least(1)), "null or an integer >= 1"),
+}
 PARALLEL_EPS = 1e-12  # L*N - M^2 is clamped to this share of L*N: parallel descriptors
 
 

@@ -17,12 +17,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from flwr.app import MetricRecord
 
+from fl_system.addons import check_settings
 from fl_system.addons.disco import (
     DISCO_COUNTS,
     DISCO_D,
     DISCO_TARGET,
-    METRICS,
-    NORMALIZATIONS,
     disco_weights,
     label_distribution,
     normalization_for,
@@ -31,8 +30,6 @@ from server_app.addons import ServerAddon
 from server_app.strategies.replies import ClientReply
 
 log = logging.getLogger(__name__)
-
-TARGETS = ("uniform", "global")
 
 
 class DiscoWeighting(ServerAddon):
@@ -51,18 +48,8 @@ class DiscoWeighting(ServerAddon):
         normalize_d: str = "auto",
         target: str = "uniform",
     ) -> None:
-        if not (isinstance(a, int | float) and a >= 0):
-            raise ValueError(f"disco.a must be a number >= 0, got {a!r}")
-        if not (isinstance(b, int | float) and b >= 0):
-            raise ValueError(f"disco.b must be a number >= 0, got {b!r}")
-        if metric not in METRICS:
-            raise ValueError(f"disco.metric must be one of {', '.join(METRICS)}, got '{metric}'")
-        if normalize_d not in NORMALIZATIONS:
-            raise ValueError(
-                f"disco.normalize_d must be one of {', '.join(NORMALIZATIONS)}, got '{normalize_d}'"
-            )
-        if target not in TARGETS:
-            raise ValueError(f"disco.target must be one of {', '.join(TARGETS)}, got '{target}'")
+        settings = {"a": a, "b": b, "metric": metric, "normalize_d": normalize_d, "target": target}
+        check_settings(self.name, settings)
         self.a, self.b = float(a), float(b)
         self.metric, self.target = metric, target
         self.normalize_d = normalization_for(metric, normalize_d)  # "sum" or "none"

@@ -30,7 +30,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from fl_system import protocol
-from fl_system.addons import gsnr
+from fl_system.addons import check_settings, gsnr
 from fl_system.addons.gsnr import GSNR_MEAN, GSNR_STATS, GSNR_VARIANCE
 from fl_system.results import partition_columns
 from server_app.addons import StepSchedule
@@ -60,17 +60,7 @@ class GsnrSchedule(StepSchedule):
                 "algorithm.gsnr needs train.local_steps (E_const, the steps every client runs "
                 "without GSNR), e.g. train.local_steps=20"
             )
-        if allocation not in gsnr.ALLOCATIONS:
-            raise ValueError(
-                f"algorithm.gsnr.allocation must be one of {', '.join(gsnr.ALLOCATIONS)}, "
-                f"got {allocation!r}"
-            )
-        if max_steps is not None and (
-            isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
-        ):
-            raise ValueError(
-                f"algorithm.gsnr.max_steps must be null or an integer >= 1, got {max_steps!r}"
-            )
+        check_settings(self.name, {"allocation": allocation, "max_steps": max_steps})
         self.local_steps = int(local_steps)
         self.batch_size = int(batch_size)
         self.allocation = allocation
