@@ -16,7 +16,7 @@ B (mini-batch mean gradient)^2 (spec 2.2): one backward per batch instead of per
 gradients, but biased. With per-sample gradients of mean m and variance s^2, a batch of B
 gives s^2 + B m^2 in expectation against the empirical Fisher's s^2 + m^2: it overstates
 every coordinate by (B - 1) m^2, most where the client's examples agree. B = 1 is exact.
-`fisher_comm` / `fisher_q` say how u, v travel (`fl_system/fisher_records`);
+`fisher_comm` / `fisher_q` say how u, v travel (`fl_system.algorithms.efl.fisher_records`);
 the server's `efl-fisher-due` flag (fisher_every) says whether they are sent this round.
 The server half is `server_app/strategies/efl.py`.
 """

@@ -11,11 +11,11 @@ elastic penalty starts inactive. Each round
 
 `fisher_comm` (spec 2.9) says how u, v and U, V travel: dense float32 (the paper: EFL then
 moves about twice FedAvg's bytes each way), float16, or the `fisher_q` fraction of largest
-entries with their positions (`fl_system/fisher_records.py`). With `fisher_every` = K the
-clients compute and send u, v only in rounds 1, K + 1, 2K + 1, ... (`EFL_FISHER_DUE`)
-and U, V stay as those rounds left them. A reply without usable u_k, v_k in such a round
-still contributes its model; it is left out of U and V with a warning. The client half is
-`client_app/algorithms/efl.py`.
+entries with their positions (`fisher_records` in fl_system/algorithms/efl.py). With
+`fisher_every` = K the clients compute and send u, v only in rounds 1, K + 1, 2K + 1, ...
+(`EFL_FISHER_DUE`) and U, V stay as those rounds left them. A reply without usable u_k, v_k
+in such a round still contributes its model; it is left out of U and V with a warning. The
+client half is `client_app/algorithms/efl.py`.
 """
 
 from __future__ import annotations
