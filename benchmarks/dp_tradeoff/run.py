@@ -9,7 +9,7 @@ it runs unaccounted) beside FedDisco without privacy. epsilon at delta 1e-5 is t
 `dp_epsilon` (Flower's RDP accountant, no amplification by sampling); the table also shows the
 largest update norm the server averaged (<= C under clipping).
 
-    python benchmarks/dp_tradeoff.py [--seeds 0 1 2] [--rounds 50] [--sigmas 0 0.5 1 2]
+    python -m benchmarks.dp_tradeoff.run [--seeds 0 1 2] [--rounds 50] [--sigmas 0 0.5 1 2]
         [--clip 0.1] [--disco-sigma 0.5] [--notes NOTES.md]
 """
 
@@ -20,22 +20,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from reproduction import (
-    Curve,
-    Panel,
-    RunOutcome,
-    RunSpec,
-    Started,
-    execute,
-    execute_all,
-    machine_line,
-    parsed,
-    pct,
-    report_text,
-    reproduce,
-    reproduction_parser,
-    write_curves,
-)
+from benchmarks.harness.execute import execute, execute_all
+from benchmarks.harness.outcome import RunOutcome, RunSpec
+from benchmarks.harness.plots import Curve, Panel, write_curves
+from benchmarks.harness.reproduce import Started, parsed, reproduce, reproduction_parser
+from benchmarks.harness.seeds import pct
+from benchmarks.harness.tables import machine_line, report_text
 
 SETTING = "mnist5k"
 BASE = (
@@ -115,7 +105,7 @@ def report(args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, at:
     header = [
         "# Differential privacy's price: DP-FedAvg through Flower's wrappers and mods",
         "",
-        f"`python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`".replace(" `", "`")
+        f"`python -m benchmarks.dp_tradeoff.run {' '.join(sys.argv[1:])}`".replace(" `", "`")
         + (" (from the saved runs)" if args.render_only else "")
         + f", {at.at:%Y-%m-%d %H:%M %Z}. Every run: `fl-run {' '.join(BASE)}`, {args.rounds} "
         f"rounds, 1 local epoch, seeds {', '.join(map(str, args.seeds))}; clipping norm C = "
@@ -159,7 +149,7 @@ def report(args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, at:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = reproduction_parser(__doc__, "dp_tradeoff.md", 50, estimate=False)
+    parser = reproduction_parser(__doc__, "dp_tradeoff", 50, estimate=False)
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
     parser.add_argument("--clip", type=float, default=0.1)
     parser.add_argument("--disco-sigma", type=float, default=0.5)

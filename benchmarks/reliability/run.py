@@ -1,5 +1,5 @@
 """Reliability under faults, hostile updates and scale: every fault injected for real, measured
-in one invocation, reported in benchmarks/reliability.md.
+in one invocation, reported in benchmarks/reliability/report.md.
 
     1 clients dying   runtime=local, 6 SuperNodes, 10 rounds, mnist5k + cnn: during every
                       round a random SuperNode is SIGKILLed while it trains (fl-run starts it
@@ -19,7 +19,7 @@ in one invocation, reported in benchmarks/reliability.md.
 
 Every run ends by checking that nothing it started is still alive.
 
-    python benchmarks/reliability.py [--only 1 2 ...] [--out benchmarks/reliability.md]
+    python -m benchmarks.reliability.run [--only 1 2 ...] [--out benchmarks/reliability/report.md]
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from fl_runs import ROOT, tool_env
-from process_tree import PeakMemory, tree
-from reproduction import machine_line
 
+from benchmarks.harness.fl_run import ROOT, tool_env
+from benchmarks.harness.paths import report_path
+from benchmarks.harness.process_tree import PeakMemory, tree
+from benchmarks.harness.tables import machine_line
 from fl_system.checkpoint import load_checkpoint
 from fl_system.launch.processes import alive
 
@@ -727,7 +728,7 @@ def _pct(value: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", type=int, default=list(range(1, 8)))
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "reliability.md")
+    parser.add_argument("--out", type=Path, default=report_path("reliability"))
     parser.add_argument("--dying-rounds", type=int, default=10)
     parser.add_argument("--dying-nodes", type=int, default=6)
     parser.add_argument("--server-kill-round", type=int, default=4)
@@ -815,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         "# Reliability under faults, hostile updates and scale",
         "",
-        f"`python benchmarks/reliability.py{_flags(argv)}`, {dt.date.today()}, "
+        f"`python -m benchmarks.reliability.run{_flags(argv)}`, {dt.date.today()}, "
         f"{(time.monotonic() - started) / 60:.0f} min in all.",
         machine_line(load),
     ]

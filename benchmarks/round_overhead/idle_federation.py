@@ -8,8 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from process_tree import cpu_percent, tree
-
+from benchmarks.harness.process_tree import cpu_percent, tree
 from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
 
 

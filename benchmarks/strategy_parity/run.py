@@ -4,11 +4,11 @@ Runs each case (every `conf/algorithm/*.yaml`, plus the add-ons and layers that 
 strategy: Disco weighting, GSNR steps, compression both ways, stragglers, client evaluation,
 robust aggregation) for a few rounds with `runtime=simulation`, once with this checkout's code
 and once with a worktree of `--before REV`, and compares `metrics.csv` round by round: test
-accuracy and loss, train loss and participants. Writes `strategy_parity.md`; exits 1 if any
-case differs.
+accuracy and loss, train loss and participants. Writes `benchmarks/strategy_parity/report.md`;
+exits 1 if any case differs.
 
-    python benchmarks/strategy_parity.py --before <rev>            # about 15 minutes
-    python benchmarks/strategy_parity.py --before <rev> --only fedavg scaffold --out /tmp/p.md
+    python -m benchmarks.strategy_parity.run --before <rev>            # about 15 minutes
+    python -m benchmarks.strategy_parity.run --before <rev> --only fedavg scaffold --out /tmp/p.md
 """
 
 from __future__ import annotations
@@ -24,7 +24,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_runs import ROOT, BenchmarkError, Code, cpu_model, remove_worktree, run_fl, worktree
+from benchmarks.harness.fl_run import (
+    ROOT,
+    BenchmarkError,
+    Code,
+    cpu_model,
+    remove_worktree,
+    run_fl,
+    worktree,
+)
+from benchmarks.harness.paths import report_path
 
 COMPARED = ("test_accuracy", "test_loss", "train_loss", "participants")
 BASE = ("runtime=simulation", "num_clients=4", "seed=0")
@@ -111,7 +120,7 @@ def report(
     lines = [
         "# Same seed, same result: the driver before and after",
         "",
-        f"{dt.date.today().isoformat()}, {cpu_model()}; `python benchmarks/strategy_parity.py "
+        f"{dt.date.today().isoformat()}, {cpu_model()}; `python -m benchmarks.strategy_parity.run "
         f"--before {args.before}` at {commit}: each case run with this checkout and with a "
         f"worktree of `{args.before}`, {args.rounds} rounds, runtime=simulation, "
         f"`{' '.join(BASE)}` (mnist5k, cnn, iid, 1 local epoch; `{STEPS}` where a rule "
@@ -136,7 +145,7 @@ def main() -> int:
     parser.add_argument("--before", required=True, help="git revision of the code before")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", nargs="*", help="case names (or their first word) to run")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".md"))
+    parser.add_argument("--out", type=Path, default=report_path("strategy_parity"))
     args = parser.parse_args()
     selected = [
         c
