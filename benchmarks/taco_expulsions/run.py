@@ -31,15 +31,9 @@ from pathlib import Path
 from benchmarks.harness.fl_run import ROOT, Code, cpu_model, remove_worktree, run_fl, worktree
 from benchmarks.harness.paths import report_path
 from benchmarks.harness.seeds import mean_std
-from benchmarks.taco_reproduction.run import (
-    KAPPAS,
-    PAPER_TABLE2_MNIST,
-    PAPER_TABLE8_T5,
-    alpha_by_group,
-    detection,
-    run_all,
-    run_spec,
-)
+from benchmarks.taco_reproduction.analysis import alpha_by_group, detection
+from benchmarks.taco_reproduction.arms import KAPPAS, PAPER_TABLE2_MNIST, PAPER_TABLE8_T5, run_spec
+from benchmarks.taco_reproduction.run import run_all
 
 SHORT = (
     "runtime=simulation",
