@@ -54,7 +54,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from benchmarks.harness.fl_run import ROOT, BenchmarkError, Code, remove_worktree, run_fl, worktree
-from benchmarks.harness.paths import report_path
+from benchmarks.harness.paths import invocation, report_path
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.fedgsnr import gradient_statistics
 from client_app.layer_gradients import layer_gradient_sums, supported_layers
@@ -414,7 +414,9 @@ def _round_seconds(run: Run, row: dict[str, str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=invocation("gsnr_overhead"), description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--clients", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=20, help="E_const = train.local_steps")

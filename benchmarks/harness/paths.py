@@ -26,3 +26,8 @@ def plot_path(report: Path) -> Path:
 
 def runs_path(report: Path) -> Path:
     return beside(report, "runs.json", ".runs.json")
+
+
+def invocation(study: str) -> str:
+    """How a study is run, for its usage and error lines."""
+    return f"python -m benchmarks.{study}.run"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from benchmarks.harness.fl_run import BenchmarkError
 from benchmarks.harness.outcome import RunOutcome, RunSpec
-from benchmarks.harness.paths import plot_path, report_path, runs_path
+from benchmarks.harness.paths import invocation, plot_path, report_path, runs_path
 from benchmarks.harness.saved_runs import saved_runs
 
 
@@ -24,7 +24,7 @@ def reproduction_parser(
     """The options every reproduction takes: --seeds, --rounds, --notes, --out (the report,
     `benchmarks/<study>/report.md` by default), --runs, --render-only and (`estimate`)
     --estimate. `parsed` fills in --runs."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=invocation(study), description=doc.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--notes", type=Path, help="a Markdown file appended as 'Notes'")

@@ -22,6 +22,7 @@ def save_outcomes(outcomes: Sequence[RunOutcome], path: Path) -> None:
         }
         for o in outcomes
     ]
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(runs))
     tmp.replace(path)  # a crash while writing never leaves half a file

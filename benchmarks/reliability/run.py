@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks.harness.paths import report_path
+from benchmarks.harness.paths import invocation, report_path
 from benchmarks.harness.tables import machine_line
 from benchmarks.reliability.cases import (
     SERVER_STATE,
@@ -52,7 +52,9 @@ from benchmarks.reliability.report import write_report
 
 # ----- main -----------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=invocation("reliability"), description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--only", nargs="+", type=int, default=list(range(1, 8)))
     parser.add_argument("--out", type=Path, default=report_path("reliability"))
     parser.add_argument("--dying-rounds", type=int, default=10)

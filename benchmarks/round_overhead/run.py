@@ -38,7 +38,7 @@ from benchmarks.harness.fl_run import (
     remove_worktree,
     worktree,
 )
-from benchmarks.harness.paths import report_path
+from benchmarks.harness.paths import invocation, report_path
 from benchmarks.harness.same_start import compose_config
 from benchmarks.round_overhead.idle_federation import idle_cpu
 from benchmarks.round_overhead.measurements import (
@@ -52,7 +52,9 @@ from benchmarks.round_overhead.report import Measured, render_report
 
 # ----- main ---------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=invocation("round_overhead"), description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--rounds-sim", type=int, default=8, help="rounds for simulation")
     parser.add_argument("--rounds-local", type=int, default=5, help="rounds for runtime=local")
     parser.add_argument("--clients", type=int, default=10, help="clients (all train each round)")

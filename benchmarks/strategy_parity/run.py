@@ -33,7 +33,7 @@ from benchmarks.harness.fl_run import (
     run_fl,
     worktree,
 )
-from benchmarks.harness.paths import report_path
+from benchmarks.harness.paths import invocation, report_path
 
 COMPARED = ("test_accuracy", "test_loss", "train_loss", "participants")
 BASE = ("runtime=simulation", "num_clients=4", "seed=0")
@@ -141,7 +141,9 @@ def report(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=invocation("strategy_parity"), description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--before", required=True, help="git revision of the code before")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", nargs="*", help="case names (or their first word) to run")

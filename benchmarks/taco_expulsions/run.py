@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness.fl_run import ROOT, Code, cpu_model, remove_worktree, run_fl, worktree
-from benchmarks.harness.paths import report_path
+from benchmarks.harness.paths import invocation, report_path
 from benchmarks.harness.seeds import mean_std
 from benchmarks.taco_reproduction.analysis import alpha_by_group, detection
 from benchmarks.taco_reproduction.arms import KAPPAS, PAPER_TABLE2_MNIST, PAPER_TABLE8_T5, run_spec
@@ -167,7 +167,9 @@ def long_tables(outcomes: list, seeds: Sequence[int], rounds: int) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=invocation("taco_expulsions"), description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--before", required=True, help="the commit before the change")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=50, help="of the long runs")
