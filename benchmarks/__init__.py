@@ -1,0 +1,1 @@
+"""Benchmark studies, one folder each; run them as modules from the repository root."""

@@ -1,0 +1,1 @@
+"""Accuracy against bytes on the wire: compression under FedAvg and EFL."""

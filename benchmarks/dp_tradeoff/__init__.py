@@ -1,0 +1,1 @@
+"""What differential privacy costs: accuracy and epsilon per noise multiplier."""

@@ -1,0 +1,1 @@
+"""EFL's CPU-sized claims: the elastic penalty, stragglers, per-client accuracy."""

@@ -1,0 +1,1 @@
+"""What FedGSNR's statistics exchange costs against the training exchange."""

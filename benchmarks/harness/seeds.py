@@ -1,0 +1,47 @@
+"""Statistics over seeds: mean ± std, per-seed differences and whether a gain stands out."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def pct(values: Sequence[float | None], signed: bool = False) -> str:
+    """Accuracies (fractions) as 'mean ± std' in percentage points; None = a diverged run."""
+    lost = sum(v is None for v in values)
+    if lost:
+        return f"diverged ({lost}/{len(values)} seeds)"
+    mean, std = mean_std([100 * v for v in values if v is not None])
+    return f"{mean:+.2f} ± {std:.2f}" if signed else f"{mean:.2f} ± {std:.2f}"
+
+
+def difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def significance(gains: Sequence[float | None]) -> str:
+    """'+0.23 points (higher in 3/3 seeds, more than 2 standard errors from zero)'."""
+    if any(v is None for v in gains):
+        return f"n/a ({pct(gains)})"
+    mean, std = mean_std([100 * v for v in gains if v is not None])
+    se = std / len(gains) ** 0.5 if len(gains) > 1 else float("inf")
+    side = "more" if abs(mean) > 2 * se else "less"
+    up = sum(v is not None and v > 0 for v in gains)
+    return f"{mean:+.2f} points (higher in {up}/{len(gains)} seeds; {side} than 2 SE from zero)"
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))

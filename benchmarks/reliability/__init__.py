@@ -1,0 +1,1 @@
+"""Faults injected for real: dying clients and servers, hostile replies, soak, scale."""

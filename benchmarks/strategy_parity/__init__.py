@@ -1,0 +1,1 @@
+"""Same seed, same result: every algorithm before and after a change."""

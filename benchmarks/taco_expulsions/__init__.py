@@ -1,0 +1,1 @@
+"""TACO's false expulsions, before and after a change."""

@@ -1,0 +1,1 @@
+"""TACO's Tables V, VI, II and VIII in shape."""
