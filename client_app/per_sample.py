@@ -7,7 +7,7 @@ variate or elastic penalty. Trainable parameters only, flattened in `named_param
 
 Two exact ways, equal up to float32 rounding: models made of nn.Linear and nn.Conv2d layers
 get the sums from one batched backward pass (`client_app.layer_gradients`; for the small CNN
-the time against vmap is in benchmarks/gsnr_overhead.md); any other model gets `torch.func`'s
+the time against vmap is in benchmarks/gsnr_overhead/report.md); any other model gets `torch.func`'s
 vmap of grad.
 """
 

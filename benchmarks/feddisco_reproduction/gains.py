@@ -12,7 +12,7 @@ from benchmarks.feddisco_reproduction.arms import DEFAULT_A, DEFAULT_B, Method, 
 from benchmarks.harness.outcome import RunOutcome
 from benchmarks.harness.same_start import StartState
 from benchmarks.harness.seeds import difference
-from fl_system.disco import disco_weights, discrepancy, label_distribution, uniform_target
+from fl_system.addons.disco import disco_weights, discrepancy, label_distribution, uniform_target
 
 
 def expected_weights(state: StartState, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:

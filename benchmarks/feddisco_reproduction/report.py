@@ -273,7 +273,7 @@ def weights_section(ctx: Context, outcomes: Sequence[RunOutcome], setting: Setti
     lines = [
         f"### Aggregation weights used, {setting.key} (seed {seed}, `weight_<pid>` of round 1)",
         "",
-        "Expected p_k recomputed from the partition's label counts with `fl_system.disco`; "
+        "Expected p_k recomputed from the partition's label counts with `fl_system.addons.disco`; "
         "n_k = FedAvg's weight (data share).",
         "",
         "| pid | samples | classes held | KL(D_k‖U) | d_k normalised | n_k (FedAvg run) | "

@@ -55,12 +55,12 @@ from hydra import compose, initialize_config_dir
 
 from benchmarks.harness.fl_run import ROOT, BenchmarkError, Code, remove_worktree, run_fl, worktree
 from benchmarks.harness.paths import invocation, report_path
+from client_app.addons.gsnr import gradient_statistics
 from client_app.algorithms.fedavg import FedAvgRule
-from client_app.algorithms.fedgsnr import gradient_statistics
 from client_app.layer_gradients import layer_gradient_sums, supported_layers
 from client_app.per_sample import vmap_gradient_sums
 from client_app.trainer import TrainSettings, train_locally
-from fl_system import gsnr
+from fl_system.addons import gsnr
 from fl_system.experiment import build_model, load_dataset, partition_indices
 
 SHARE_GOAL = 0.15  # statistics exchange time / training exchange time

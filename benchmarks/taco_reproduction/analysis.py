@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from benchmarks.harness.outcome import RunOutcome, find
 from benchmarks.harness.seeds import mean_std
 from benchmarks.taco_reproduction.arms import NUM_CLIENTS, TIMING_ROUNDS, freeloader_ids
+from fl_system.algorithms.taco import record_strikes
 from fl_system.data.partitions import LabelGroupsPartition
 from fl_system.results import partition_columns
-from fl_system.taco import record_strikes
 
 
 # ----- analysis ---------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def literal_uploads(
     Beyond the literal correction, the K-scaled one puts gamma (K - 1)(1 - alpha_i) u, one
     vector u for everyone, into every upload: every honest client then leans towards last
     round's step, as an echo freeloader does, and its cosine to the mean rises (honest alpha
-    0.48 against 0.28 on the same uploads without it; benchmarks/taco_expulsions.md). alpha
+    0.48 against 0.28 on the same uploads without it; benchmarks/taco_expulsions/report.md). alpha
     is computed on these uploads, so it keeps the paper's meaning under either reading; at
     delta_scale = 1 they are the uploads themselves. The correction is known exactly: the
     server sent u and alpha_i, and a client adds it on each of its plain SGD steps.
