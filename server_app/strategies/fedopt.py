@@ -27,6 +27,7 @@ bias-corrected eta is a numpy float64), but the model and the clients' replies a
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -39,6 +40,8 @@ from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+
+log = logging.getLogger(__name__)
 
 _M, _V = "fedopt/m_t/", "fedopt/v_t/"
 
@@ -55,7 +58,7 @@ class _GivenAverage(FlowerFedOpt):
         return self.average, None
 
 
-def flower_optimizer(flower_class: type[FlowerFedOpt], **settings: float) -> FlowerFedOpt:
+def flower_optimizer(flower_class: type[FlowerFedOpt], **settings: float) -> _GivenAverage:
     """An instance of Flower's `flower_class` (FedAdam, FedYogi, FedAdagrad) that steps from
     the average it is given (`adaptive_step`) instead of averaging replies itself."""
     stepper = type(flower_class.__name__, (flower_class, _GivenAverage), {"__module__": __name__})
@@ -63,7 +66,7 @@ def flower_optimizer(flower_class: type[FlowerFedOpt], **settings: float) -> Flo
 
 
 def adaptive_step(
-    optimizer: FlowerFedOpt,
+    optimizer: _GivenAverage,
     server_round: int,
     model: Mapping[str, np.ndarray],
     average: Mapping[str, np.ndarray],
@@ -133,6 +136,15 @@ class FedOpt(FederatedStrategy):
         settings = checked(**{k: v for k, v in given.items() if v is not None})
         self.optimizer = flower_optimizer(self.flower_class, **settings)
 
+    def summary(self) -> None:
+        """Log what runs, with the optimiser's settings."""
+        super().summary()
+        opt = self.optimizer
+        log.info(
+            "\t     eta %g, beta_1 %g, beta_2 %g, tau %g (the clients' eta_l: train.lr)",
+            opt.eta, opt.beta_1, opt.beta_2, opt.tau,
+        )  # fmt: skip
+
     def privacy_conflict(self, mode: str) -> str | None:
         """Only noise added on the clients (`privacy=local`) composes: Flower's server-side
         wrappers add theirs to the model this strategy returns, after the adaptive step."""
@@ -150,7 +162,7 @@ class FedOpt(FederatedStrategy):
         average = self.average(plan, replies, weights)
         start = self.reference(plan, replies[0].partition_id, replies[0])
         names = list(plan.arrays.keys()) or [str(i) for i in range(len(average))]
-        floats = [i for i, layer in enumerate(average) if np.issubdtype(layer.dtype, np.floating)]
+        floats = {i for i, layer in enumerate(average) if np.issubdtype(layer.dtype, np.floating)}
         stepped = adaptive_step(
             self.optimizer,
             plan.round,
