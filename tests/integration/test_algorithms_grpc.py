@@ -35,8 +35,9 @@ pytestmark = pytest.mark.integration
 
 # Every shipped algorithm through fl-run (FedGSNR's two exchanges and TACO's freeloader run
 # in test_local_runtime.py; FedAvg and FedDisco, with TACO, in a Flower app of one's own
-# below; EFL with its compressor on the uplink), plus a composition of both add-ons with an
-# algorithm that sends and returns extra arrays.
+# below; EFL with its compressor on the uplink; FedAdam with Disco's weights, the adaptive
+# step on their average), plus a composition of both add-ons with an algorithm that sends and
+# returns extra arrays.
 ALGORITHMS = {
     path.stem: [f"algorithm={path.stem}"]
     for path in sorted((CONF_DIR / "algorithm").glob("*.yaml"))
@@ -44,6 +45,7 @@ ALGORITHMS = {
 } | {
     "efl": ["algorithm=efl", "compression.up=st", "compression.up.q=0.05"],
     "fedcat": ["algorithm=fedcat", "algorithm.k=2"],  # two copies: both nodes, both rounds
+    "fedadam": ["algorithm=fedadam", "algorithm.disco.enabled=true"],
     "scaffold+disco+gsnr": [
         "algorithm=scaffold",
         "algorithm.disco.enabled=true",

@@ -102,6 +102,16 @@ def _error_lines(stderr: str) -> list[str]:
             ["algorithm=fedcat", "algorithm.k=2"],
             "num_rounds (5) must be a multiple of algorithm.k (2)",
         ),
+        (["algorithm=fedadam", "algorithm.eta=0"], "algorithm.eta must be a number > 0, got 0"),
+        (
+            ["algorithm=fedyogi", "algorithm.beta_1=1.5"],
+            "algorithm.beta_1 must be a number in [0, 1), got 1.5",
+        ),
+        (["algorithm=fedadagrad", "algorithm.tau=-1"], "algorithm.tau must be a number > 0"),
+        (
+            ["algorithm=fedadam", "algorithm.eta_l=0.1"],
+            "algorithm.eta_l is the clients' learning rate, train.lr (0.05): set train.lr=0.1",
+        ),
         (
             ["clients.freeloaders.ids=[0,4]"],
             "clients.freeloaders.ids must be a list of partition ids in 0..3, got [0, 4]",

@@ -63,6 +63,8 @@ REFUSED = [
     (["algorithm=taco", "train.local_steps=5", "privacy=client_fixed"], "the last global update"),
     (["algorithm=fedcat", "privacy=central_fixed"], "start from their chain's model copy"),
     (["algorithm=fedacg", "privacy=central_adaptive"], "start from the lookahead model"),
+    (["algorithm=fedadam", "privacy=central_fixed"], "noise would be added after its adaptive"),
+    (["algorithm=fedyogi", "privacy=client_fixed"], "bounded by the clipping norm the noise"),
     (["privacy=central_fixed", "compression.up=topk"], "compression.up=topk: clipping must see"),
     (["privacy=client_fixed", "compression.down=st"], "compression.down=st"),
     (["privacy=central_fixed", "aggregation.robust=median"], "aggregation.robust=median"),
@@ -88,6 +90,7 @@ def test_what_does_not_compose_is_refused_by_name(overrides: list[str], reason: 
         ["algorithm=taco", "train.local_steps=5", "privacy=central_fixed"],  # u goes down only
         ["algorithm=feddisco", "privacy=client_adaptive"],
         ["algorithm=fedacg", "privacy=local", "aggregation.robust=median"],
+        ["algorithm=fedadagrad", "privacy=local"],  # the clients' noise comes before the step
     ],
 )
 def test_what_composes_passes(overrides: list[str]) -> None:

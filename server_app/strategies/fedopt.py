@@ -1,0 +1,197 @@
+"""Adaptive server optimisers (Reddi et al., "Adaptive Federated Optimization", ICLR 2021):
+the part FedAdam, FedYogi and FedAdagrad share, and the seam to Flower's implementation.
+
+Each round the clients train as FedAvg's do (`client_app.algorithms.fedavg.FedAvgRule`, at
+the clients' rate eta_l = train.lr); the server combines their models as every fl_system
+strategy does (p_k: data size or an add-on's weights, e.g. Disco's; `aggregation.robust`) and
+treats the change Delta_t = sum_k p_k w_k - w_t as a pseudo-gradient:
+
+    m_t     = beta_1 m_{t-1} + (1 - beta_1) Delta_t
+    v_t     = Adagrad: v_{t-1} + Delta_t^2
+              Yogi:    v_{t-1} - (1 - beta_2) Delta_t^2 sign(v_{t-1} - Delta_t^2)
+              Adam:    beta_2 v_{t-1} + (1 - beta_2) Delta_t^2
+    w_{t+1} = w_t + eta m_t / (sqrt(v_t) + tau)
+
+(FedAdam's eta is bias-corrected: eta sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1))).
+
+The math is Flower's own (`flwr.serverapp.strategy.FedAdam`, `FedYogi`, `FedAdagrad`): the
+strategy holds an instance of Flower's class whose `aggregate_train` takes its average from
+`_GivenAverage` instead of Flower's FedAvg step, so Flower's update runs unchanged on the
+average fl_system made. Its m_t and v_t are the strategy's checkpointed state.
+
+The optimiser moves the float layers; integer buffers (BatchNorm's counters) are counters,
+not parameters, and take the average's value (`fl_system.aggregation.weighted_average`).
+The new model is cast back to each layer's dtype: Flower's FedAdam returns float64 (its
+bias-corrected eta is a numpy float64), but the model and the clients' replies are float32.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, MetricRecord
+from flwr.serverapp.strategy.fedopt import FedOpt as FlowerFedOpt
+
+from fl_system.experiment import Experiment
+from server_app.addons import ServerAddon
+from server_app.rounds import RoundPlan
+from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+
+log = logging.getLogger(__name__)
+
+_M, _V = "fedopt/m_t/", "fedopt/v_t/"
+
+
+class _GivenAverage(FlowerFedOpt):
+    """Stands in for Flower's FedAvg step below FedAdam/FedYogi/FedAdagrad in the method
+    order: their `aggregate_train` gets `average` as the aggregated model."""
+
+    average: ArrayRecord | None = None
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        return self.average, None
+
+
+def flower_optimizer(flower_class: type[FlowerFedOpt], **settings: float) -> _GivenAverage:
+    """An instance of Flower's `flower_class` (FedAdam, FedYogi, FedAdagrad) that steps from
+    the average it is given (`adaptive_step`) instead of averaging replies itself."""
+    stepper = type(flower_class.__name__, (flower_class, _GivenAverage), {"__module__": __name__})
+    return stepper(**settings)
+
+
+def adaptive_step(
+    optimizer: _GivenAverage,
+    server_round: int,
+    model: Mapping[str, np.ndarray],
+    average: Mapping[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """w_{t+1} from w_t = `model` and the clients' `average`, by Flower's update of
+    `optimizer` (an instance from `flower_optimizer`), which keeps m_t and v_t."""
+    optimizer.current_arrays = dict(model)
+    optimizer.average = ArrayRecord({k: Array(np.asarray(v)) for k, v in average.items()})
+    new, _ = optimizer.aggregate_train(server_round, [])
+    optimizer.average = None
+    assert new is not None
+    return {k: new[k].numpy() for k in model}
+
+
+_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "eta": (lambda v: v > 0, "a number > 0"),
+    "eta_l": (lambda v: v > 0, "a number > 0"),
+    "tau": (lambda v: v > 0, "a number > 0"),  # 0 would divide 0 by 0 where Delta stays 0
+    "beta_1": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "beta_2": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+}
+
+
+def checked(**settings: Any) -> dict[str, float]:
+    """The settings as floats; ValueError naming the first one out of its range."""
+    for key, value in settings.items():
+        ok, expected = _RANGES[key]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and ok(value)):
+            raise ValueError(f"algorithm.{key} must be {expected}, got {value!r}")
+    return {k: float(v) for k, v in settings.items()}
+
+
+class FedOpt(FederatedStrategy):
+    """FedAvg's average, then one step of a Flower adaptive optimiser on the change it makes.
+
+    Subclasses name Flower's class (`flower_class`); a setting left None is Flower's default.
+    """
+
+    weighting = None  # data sizes, as FedAvg's (differential privacy turns them uniform)
+    flower_class: ClassVar[type[FlowerFedOpt]]
+
+    def __init__(
+        self,
+        *,
+        eta: float | None = None,
+        eta_l: float | None = None,
+        beta_1: float | None = None,
+        beta_2: float | None = None,
+        tau: float | None = None,
+        addons: Sequence[ServerAddon] | None = None,
+        experiment: Experiment | None = None,
+    ) -> None:
+        """eta: the server's learning rate; beta_1, beta_2: the decays of m and v; tau: the
+        adaptivity (added to sqrt(v)). eta_l, the clients' learning rate, is train.lr: with
+        an experiment, another value is refused (None takes train.lr); Flower only records it."""
+        super().__init__(addons=addons, experiment=experiment)
+        if eta_l is not None:
+            checked(eta_l=eta_l)
+        lr = self.experiment.train.lr if self.experiment is not None else eta_l
+        if eta_l is not None and eta_l != lr:
+            raise ValueError(
+                f"algorithm.eta_l is the clients' learning rate, train.lr ({lr}): set "
+                f"train.lr={eta_l} instead of algorithm.eta_l"
+            )
+        given = {"eta": eta, "eta_l": lr, "beta_1": beta_1, "beta_2": beta_2, "tau": tau}
+        settings = checked(**{k: v for k, v in given.items() if v is not None})
+        self.optimizer = flower_optimizer(self.flower_class, **settings)
+
+    def summary(self) -> None:
+        """Log what runs, with the optimiser's settings."""
+        super().summary()
+        opt = self.optimizer
+        log.info(
+            "\t     eta %g, beta_1 %g, beta_2 %g, tau %g (the clients' eta_l: train.lr)",
+            opt.eta, opt.beta_1, opt.beta_2, opt.tau,
+        )  # fmt: skip
+
+    def privacy_conflict(self, mode: str) -> str | None:
+        """Only noise added on the clients (`privacy=local`) composes: Flower's server-side
+        wrappers add theirs to the model this strategy returns, after the adaptive step."""
+        if mode != "local":
+            return (
+                "the server's noise would be added after its adaptive step, which divides "
+                "each coordinate by sqrt(v_t) + tau, so one client's influence is no longer "
+                "bounded by the clipping norm the noise is calibrated to (privacy=local composes)"
+            )
+        return super().privacy_conflict(mode)
+
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        average = self.average(plan, replies, weights)
+        start = self.reference(plan, replies[0].partition_id, replies[0])
+        names = list(plan.arrays.keys()) or [str(i) for i in range(len(average))]
+        floats = {i for i, layer in enumerate(average) if np.issubdtype(layer.dtype, np.floating)}
+        stepped = adaptive_step(
+            self.optimizer,
+            plan.round,
+            {names[i]: start[i] for i in floats},
+            {names[i]: average[i] for i in floats},
+        )
+        return [
+            stepped[names[i]].astype(layer.dtype) if i in floats else layer
+            for i, layer in enumerate(average)
+        ]
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> StrategyState:
+        """m_t and v_t (absent before the first step), under fedopt/m_t/<layer> and
+        fedopt/v_t/<layer>, in their own dtype so that a resumed run is bit-equal."""
+        state = super().state_dict()
+        for prefix, values in ((_M, self.optimizer.m_t), (_V, self.optimizer.v_t)):
+            state.update({f"{prefix}{k}": v.copy() for k, v in (values or {}).items()})
+        return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        mine = {prefix: {} for prefix in (_M, _V)}
+        rest = {}
+        for key, value in state.items():
+            prefix = next((p for p in mine if key.startswith(p)), None)
+            if prefix is None:
+                rest[key] = value
+            else:
+                mine[prefix][key[len(prefix) :]] = np.array(value)
+        self.optimizer.m_t = mine[_M] or None
+        self.optimizer.v_t = mine[_V] or None
+        super().load_state_dict(rest)
