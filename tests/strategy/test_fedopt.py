@@ -233,9 +233,11 @@ def test_eta_l_is_train_lr() -> None:
     [("fedadam", FlowerFedAdam), ("fedyogi", FlowerFedYogi), ("fedadagrad", FlowerFedAdagrad)],
 )
 def test_the_shipped_settings_are_flowers_defaults(name: str, flower_class) -> None:
+    """All but FedAdagrad's eta: 0.01, since its first step moves every weight by about eta."""
     ours = build_strategy(compose_experiment([f"algorithm={name}"])).optimizer
     theirs = flower_class()
     for key in ("eta", "beta_1", "beta_2", "tau"):
-        assert getattr(ours, key) == getattr(theirs, key), key
+        expected = 0.01 if (name, key) == ("fedadagrad", "eta") else getattr(theirs, key)
+        assert getattr(ours, key) == expected, key
     shipped = compose_experiment([f"algorithm={name}"]).algorithm
     assert ("beta_2" in shipped) == (name != "fedadagrad")  # Adagrad's v does not decay
