@@ -17,13 +17,14 @@ from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
 from flwr.serverapp.strategy import FedYogi as FlowerFedYogi
 
 from fl_system import protocol
+from fl_system.addons.disco import DISCO_D
 from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.compose import compose_experiment
 from fl_system.experiment import build_strategy
+from server_app.addons.disco import DiscoWeighting
 from server_app.strategies.fedadagrad import FedAdagrad
 from server_app.strategies.fedadam import FedAdam
 from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.feddisco import DiscoWeighting
 from server_app.strategies.fedopt import FedOpt
 from server_app.strategies.fedyogi import FedYogi
 from tests.mock_replies import aggregate, reply
@@ -64,7 +65,7 @@ def _replies(rnd: int, d: list[float] | None = None) -> list[Message]:
         }
         msg = reply(100 + k, layers, partition_id=k, num_examples=n)
         if d is not None:
-            msg.content.metric_records[protocol.METRICS][protocol.DISCO_D] = d[k]
+            msg.content.metric_records[protocol.METRICS][DISCO_D] = d[k]
         msgs.append(msg)
     return msgs
 
