@@ -3,9 +3,10 @@
 Runs each case (every `conf/algorithm/*.yaml`, plus the add-ons and layers that ride on a
 strategy: Disco weighting, GSNR steps, compression both ways, stragglers, client evaluation,
 robust aggregation) for a few rounds with `runtime=simulation`, once with this checkout's code
-and once with a worktree of `--before REV`, and compares `metrics.csv` round by round: test
-accuracy and loss, train loss and participants. Writes `benchmarks/strategy_parity/report.md`;
-exits 1 if any case differs.
+and once with a worktree of `--before REV`, and compares `metrics.csv` round by round: every
+column but timings and bytes on the wire (framing carries the config and Flower's random ids),
+the set of columns included. Algorithms the worktree lacks are listed as new, not run.
+Writes `benchmarks/strategy_parity/report.md`; exits 1 if any case differs.
 
     python -m benchmarks.strategy_parity.run --before <rev>            # about 15 minutes
     python -m benchmarks.strategy_parity.run --before <rev> --only fedavg scaffold --out /tmp/p.md
@@ -35,7 +36,14 @@ from benchmarks.harness.fl_run import (
 )
 from benchmarks.harness.paths import invocation, report_path
 
-COMPARED = ("test_accuracy", "test_loss", "train_loss", "participants")
+SHOWN = ("test_accuracy", "test_loss", "train_loss", "participants")
+
+
+def compared(column: str) -> bool:
+    """Every column but timings and bytes on the wire."""
+    return not ("seconds" in column or column.startswith("wall_") or "bytes" in column)
+
+
 BASE = ("runtime=simulation", "num_clients=4", "seed=0")
 STEPS = "train.local_steps=30"  # for the rules that count local steps, not epochs
 
@@ -46,9 +54,12 @@ class Case:
     overrides: tuple[str, ...]
 
 
-def cases(rounds: int) -> list[Case]:
-    """Every shipped algorithm, then the layers around a strategy."""
-    algorithms = sorted(p.stem for p in (ROOT / "conf" / "algorithm").glob("*.yaml"))
+def algorithms(root: Path) -> list[str]:
+    return sorted(p.stem for p in (root / "conf" / "algorithm").glob("*.yaml"))
+
+
+def cases(rounds: int, algorithms: list[str]) -> list[Case]:
+    """Every algorithm given, then the layers around a strategy."""
     # TACO's default lam (T/5 = 1 strike at 3 rounds) would expel every client after round 1
     extra = {"taco": (STEPS, "algorithm.lam=6"), "fedgsnr": (STEPS,)}
     out = [Case(a, (f"algorithm={a}", *extra.get(a, ()))) for a in algorithms]
@@ -94,18 +105,20 @@ def run_case(case: Case, code: Code, rounds: int) -> list[dict[str, str]]:
 
 
 def differences(before: list[dict[str, str]], after: list[dict[str, str]]) -> dict[str, float]:
-    """The largest absolute difference of each compared column over the rounds."""
+    """The largest absolute difference of every compared column over the rounds (inf where
+    a value is missing on one side or is not a number)."""
+    columns = sorted({c for row in (*before, *after) for c in row if compared(c)})
     out = {}
-    for column in COMPARED:
+    for column in columns:
         worst = 0.0
         for b, a in zip(before, after, strict=True):
-            x, y = b.get(column, ""), a.get(column, "")
+            x, y = b.get(column), a.get(column)
             if x == y:
                 continue
-            if not x or not y:
+            try:
+                worst = max(worst, abs(float(x) - float(y)))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
                 worst = math.inf
-                continue
-            worst = max(worst, abs(float(x) - float(y)))
         out[column] = worst
     return out
 
@@ -115,7 +128,10 @@ def accuracies(rows: list[dict[str, str]]) -> str:
 
 
 def report(
-    args: argparse.Namespace, results: list[tuple[Case, list, list, dict]], commit: str
+    args: argparse.Namespace,
+    results: list[tuple[Case, list, list, dict]],
+    commit: str,
+    new: list[str],
 ) -> str:
     lines = [
         "# Same seed, same result: the driver before and after",
@@ -126,18 +142,28 @@ def report(
         f"`{' '.join(BASE)}` (mnist5k, cnn, iid, 1 local epoch; `{STEPS}` where a rule "
         "counts steps).",
         "",
-        "Compared per round: " + ", ".join(f"`{c}`" for c in COMPARED) + ".",
+        "Compared per round: every column of `metrics.csv` but timings (`*seconds*`, `wall_*`) "
+        "and bytes on the wire (`*bytes*`: framing carries the config and Flower's random ids), "
+        "a column on one side only counting as a difference. The last column gives the largest "
+        "absolute difference of " + ", ".join(f"`{c}`" for c in SHOWN) + ", then the columns "
+        "that differ at all.",
         "",
-        "| case | test accuracy per round, before | after | max abs diff (acc, test loss, "
-        "train loss, participants) |",
-        "|---|---|---|---|",
+        "| case | columns compared | test accuracy per round, before | after | max abs diff "
+        "(acc, test loss, train loss, participants); columns differing |",
+        "|---|---|---|---|---|",
     ]
     for case, before, after, diff in results:
-        cells = ", ".join(f"{diff[c]:.2g}" for c in COMPARED)
-        lines.append(f"| {case.name} | {accuracies(before)} | {accuracies(after)} | {cells} |")
+        cells = ", ".join(f"{diff.get(c, 0.0):.2g}" for c in SHOWN)
+        differing = ", ".join(c for c, v in diff.items() if v != 0) or "none"
+        lines.append(
+            f"| {case.name} | {len(diff)} | {accuracies(before)} | {accuracies(after)} | "
+            f"{cells}; {differing} |"
+        )
     same = sum(all(v == 0 for v in d.values()) for *_, d in results)
-    lines += ["", f"{same} of {len(results)} cases identical in every compared column.", ""]
-    return "\n".join(lines)
+    lines += ["", f"{same} of {len(results)} cases identical in every compared column."]
+    if new:
+        lines.append(f"New since `{args.before}`, not compared: {', '.join(new)}.")
+    return "\n".join([*lines, ""])
 
 
 def main() -> int:
@@ -149,11 +175,6 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="case names (or their first word) to run")
     parser.add_argument("--out", type=Path, default=report_path("strategy_parity"))
     args = parser.parse_args()
-    selected = [
-        c
-        for c in cases(args.rounds)
-        if not args.only or c.name in args.only or c.name.split()[0] in args.only
-    ]
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -162,6 +183,13 @@ def main() -> int:
     ).stdout.strip()
     tree = worktree(args.before, prefix="strategy-parity-before-")
     try:
+        both = [a for a in algorithms(ROOT) if a in algorithms(tree)]
+        new = [a for a in algorithms(ROOT) if a not in both]
+        selected = [
+            c
+            for c in cases(args.rounds, both)
+            if not args.only or c.name in args.only or c.name.split()[0] in args.only
+        ]
         before_code, after_code = Code(f"before {args.before}", tree), Code("after")
         results = []
         for case in selected:
@@ -171,7 +199,7 @@ def main() -> int:
             print(f"[parity] {case.name}: {results[-1][3]}", flush=True)
     finally:
         remove_worktree(tree)
-    args.out.write_text(report(args, results, commit))
+    args.out.write_text(report(args, results, commit, new))
     print(f"[parity] report: {args.out}")
     return 0 if all(all(v == 0 for v in d.values()) for *_, d in results) else 1
 
