@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from fl_system.addons import mounted
 from fl_system.codecs import Dense
 from fl_system.compression import Compression
 from fl_system.data import DatasetArrays
@@ -68,15 +69,9 @@ def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> An
 
 
 def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
-    """(key, node) of every enabled add-on: a node under `algorithm` with `enabled`, `server`
-    and `client` keys (FedDisco's weighting, FedGSNR's step schedule), in config order."""
-    return [
-        (str(key), node)
-        for key, node in cfg.algorithm.items()
-        if isinstance(node, DictConfig)
-        and {"enabled", "server", "client"} <= set(node.keys())
-        and node.enabled
-    ]
+    """(name, node) of every enabled add-on (Disco weighting, the GSNR step schedule), in
+    config order."""
+    return [(name, node) for name, node in mounted(cfg.algorithm) if node.enabled]
 
 
 def build_strategy(cfg: DictConfig) -> Any:

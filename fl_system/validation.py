@@ -6,7 +6,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from fl_system.addons import check_settings
+from fl_system.addons import check_settings, mounted
 from fl_system.data.corruption import KINDS
 from fl_system.freeloaders import KINDS as FREELOADER_KINDS
 from fl_system.malicious import KINDS as MALICIOUS_KINDS
@@ -75,7 +75,8 @@ def check_values(cfg: DictConfig) -> None:
     for key, rule in RULES.items():
         if problem := refusal(key, rule, OmegaConf.select(cfg, key)):
             raise ConfigError(problem)
-    _check_addon_settings(cfg)
+    for name, node in mounted(cfg.algorithm):  # enabled or not; their halves check the same
+        check_settings(name, node)
     if cfg.clients_per_round is not None and cfg.clients_per_round > cfg.num_clients:
         raise ConfigError(
             f"clients_per_round ({cfg.clients_per_round}) exceeds num_clients ({cfg.num_clients})"
@@ -90,14 +91,6 @@ def check_values(cfg: DictConfig) -> None:
             f"compression.up=none (got compression.up={cfg.compression.up.name})"
         )
     _check_stragglers(cfg)
-
-
-def _check_addon_settings(cfg: DictConfig) -> None:
-    """Every mounted add-on's settings, enabled or not, by the rules of its module: the add-on
-    under `algorithm.<name>` is `fl_system.addons.<name>`, whose halves check the same rules."""
-    for name, node in cfg.algorithm.items():
-        if isinstance(node, DictConfig) and {"enabled", "server", "client"} <= set(node.keys()):
-            check_settings(str(name), node)
 
 
 def _check_stragglers(cfg: DictConfig) -> None:

@@ -12,6 +12,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from omegaconf import DictConfig
+
 from fl_system.value_checks import ConfigError, refusal
 
 
@@ -24,3 +26,13 @@ def check_settings(name: str, values: Mapping[str, Any]) -> None:
     for key, rule in settings.items():
         if key in values and (problem := refusal(f"algorithm.{name}.{key}", rule, values[key])):
             raise ConfigError(problem)
+
+
+def mounted(algorithm: DictConfig) -> list[tuple[str, DictConfig]]:
+    """(name, node) of every add-on under `algorithm`, enabled or not, in config order: a node
+    with `enabled`, `server` and `client` keys."""
+    return [
+        (str(name), node)
+        for name, node in algorithm.items()
+        if isinstance(node, DictConfig) and {"enabled", "server", "client"} <= set(node.keys())
+    ]

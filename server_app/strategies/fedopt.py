@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,6 +37,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy.fedopt import FedOpt as FlowerFedOpt
 
 from fl_system.experiment import Experiment
+from fl_system.value_checks import Rule, non_negative_number, refusal
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
@@ -81,22 +82,22 @@ def adaptive_step(
     return {k: new[k].numpy() for k in model}
 
 
-_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
-    "eta": (lambda v: v > 0, "a number > 0"),
-    "eta_l": (lambda v: v > 0, "a number > 0"),
-    "tau": (lambda v: v > 0, "a number > 0"),  # 0 would divide 0 by 0 where Delta stays 0
-    "beta_1": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
-    "beta_2": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
-}
+def _finite(v: Any) -> bool:
+    return non_negative_number(v) and math.isfinite(v)
+
+
+_ABOVE_ZERO: Rule = (lambda v: _finite(v) and v > 0, "a number > 0")
+_DECAY: Rule = (lambda v: _finite(v) and v < 1, "a number in [0, 1)")
+# tau > 0: at 0 a coordinate whose Delta stays 0 would divide 0 by 0
+_RULES = {"eta": _ABOVE_ZERO, "eta_l": _ABOVE_ZERO, "tau": _ABOVE_ZERO}
+_RULES |= {"beta_1": _DECAY, "beta_2": _DECAY}
 
 
 def checked(**settings: Any) -> dict[str, float]:
     """The settings as floats; ValueError naming the first one out of its range."""
     for key, value in settings.items():
-        ok, expected = _RANGES[key]
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and ok(value)):
-            raise ValueError(f"algorithm.{key} must be {expected}, got {value!r}")
+        if problem := refusal(f"algorithm.{key}", _RULES[key], value):
+            raise ValueError(problem)
     return {k: float(v) for k, v in settings.items()}
 
 
