@@ -6,24 +6,23 @@ import json
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from fl_system import startup
 from fl_system.checkpoint import CheckpointError
 from fl_system.compose import CONF_DIR, prepare
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
-from fl_system.launch import LaunchError
+from fl_system.launch import LaunchError, StartsEarly
 from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
-from fl_system.preflight import preflight
+from fl_system.preflight import check_config, check_data
 from fl_system.run_dir import RunPaths
 from fl_system.validation import ConfigError
 
-_STARTED = time.monotonic()  # fl-run's start: "in all" counts from here
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
 
@@ -38,19 +37,32 @@ def _on_sigterm(signum, frame) -> None:
 
 def run_experiment(cfg: DictConfig) -> dict:
     """Check the config, run it, return the summary."""
+    startup.begin()
+    startup.mark("composed")
     paths = RunPaths(Path(HydraConfig.get().runtime.output_dir).resolve())
     with open_dict(cfg):
         cfg.run_dir = str(paths.root)
     prepare(cfg, new_run_id())  # preflight puts the checkpoint's run id back when resuming
+    early = None
     try:
-        preflight(cfg, paths)
+        check_config(cfg)  # a bad value never starts a process
+        startup.mark("config checked")
         runtime = build(cfg.runtime)
+        if isinstance(runtime, StartsEarly) and not cfg.resume and _fresh(paths.root):
+            early = runtime  # its processes start while the data is checked
+            early.start(cfg, paths)
+        check_data(cfg, paths)
     except (ConfigError, DataError, PartitionError, CheckpointError, LaunchError) as err:
-        _discard_unused(paths.root)
+        _stop_unused(early, paths.root)
         _fail(str(err), EXIT_BAD_INPUT)
     except ValueError as err:  # a component rejected its own arguments
-        _discard_unused(paths.root)
+        _stop_unused(early, paths.root)
         _fail(f"invalid configuration: {err}", EXIT_BAD_INPUT)
+    except BaseException:  # Ctrl-C while checking: nothing may outlive fl-run
+        if early is not None:
+            early.stop()
+        raise
+    startup.mark("data checked")
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.config.write_text(OmegaConf.to_yaml(cfg))
     paths.summary.unlink(missing_ok=True)
@@ -59,23 +71,35 @@ def run_experiment(cfg: DictConfig) -> dict:
         runtime.run(cfg, paths)
     except LaunchError as err:
         _fail(f"{err}\nrun directory: {paths.root}", EXIT_RUN_FAILED)
+    finally:
+        startup.write(paths.startup)
     summary = json.loads(paths.summary.read_text())
     print(
         f"final accuracy {_fmt(summary['final_accuracy'])} "
         f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} rounds: "
         f"{summary['wall_seconds']:.1f} s training, "
-        f"{time.monotonic() - _STARTED:.1f} s in all (start-up included)\n"
+        f"{startup.elapsed():.1f} s in all (start-up included)\n"
         f"run directory: {paths.root}",
         flush=True,
     )
     return summary
 
 
-def _discard_unused(root: Path) -> None:
+def _fresh(root: Path) -> bool:
+    """Nothing in the run directory but what Hydra put there for this run."""
+    return not root.is_dir() or not {p.name for p in root.iterdir()} - {".hydra"}
+
+
+def _stop_unused(early: StartsEarly | None, root: Path) -> None:
     """A run that failed validation leaves nothing behind: Hydra made its directory (and
-    `.hydra` in it) before any check ran. Remove it if that is all it holds, and the parents
+    `.hydra` in it) before any check ran, and a runtime started early wrote its logs there.
+    Stop that runtime and remove the directory if that is all it holds, and the parents
     Hydra made for it (outputs/<date>) while they are empty and inside the working folder."""
-    if not root.is_dir() or {p.name for p in root.iterdir()} - {".hydra"}:
+    ours = {".hydra"}
+    if early is not None:
+        early.stop()
+        ours.add("logs")  # the directory was fresh: these logs are this run's
+    if not root.is_dir() or {p.name for p in root.iterdir()} - ours:
         return
     shutil.rmtree(root)
     here = Path.cwd().resolve()

@@ -23,6 +23,7 @@ from fl_system.addons import mounted
 from fl_system.codecs import Dense
 from fl_system.compression import Compression
 from fl_system.data import DatasetArrays
+from fl_system.data.dataset_cache import cached_arrays
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.robust import WeightedMean
@@ -160,12 +161,19 @@ def load_dataset(cfg: DictConfig) -> DatasetArrays:
 @functools.lru_cache(maxsize=4)
 def _partitions(key: str) -> tuple[np.ndarray, ...]:
     spec = json.loads(key)
-    data = _dataset(json.dumps(spec["source"], sort_keys=True))
-    partitioner = build(OmegaConf.create(spec["partition"]))
-    parts = partitioner.split(
-        data.y_train, spec["num_partitions"], spec["seed"], groups=data.groups
-    )
-    return tuple(parts)
+    source = build(OmegaConf.create(spec["source"]))
+
+    def split() -> dict[str, np.ndarray]:
+        data = source.load()
+        partitioner = build(OmegaConf.create(spec["partition"]))
+        parts = partitioner.split(
+            data.y_train, spec["num_partitions"], spec["seed"], groups=data.groups
+        )
+        return {str(i): part for i, part in enumerate(parts)}
+
+    identity = source.cache_identity()
+    parts = split() if identity is None else cached_arrays({**spec, "source": identity}, split)
+    return tuple(parts[str(i)] for i in range(spec["num_partitions"]))
 
 
 def partition_indices(cfg: DictConfig, num_partitions: int) -> tuple[np.ndarray, ...]:

@@ -22,12 +22,14 @@ from fl_system.validation import ConfigError, check_values
 
 
 def preflight(cfg: DictConfig, paths: RunPaths) -> None:
-    """Validate values, build every part once, and check the resume state of the run dir.
+    """Every check that can run before a process starts, in the order fl-run runs them."""
+    check_config(cfg)
+    check_data(cfg, paths)
 
-    On resume, `cfg.run_id` becomes the checkpointed run's, so clients find their state.
-    This is the one place a resumed config is compared with its checkpoint's: the ServerApp
-    runs only configs that fl-run gives it, and the composed defaults are read from conf/.
-    """
+
+def check_config(cfg: DictConfig) -> None:
+    """Validate values and build every part once: no data is read, nothing is started, so
+    fl-run runs this before it starts any process (a bad value never starts one)."""
     check_values(cfg)
     check_privacy(cfg, build_strategy(cfg))
     build(cfg.algorithm.local_rule)
@@ -37,6 +39,16 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
     build_model(cfg)
     if cfg.dataset.get("augment"):
         build(cfg.dataset.augment, label="dataset.augment")
+
+
+def check_data(cfg: DictConfig, paths: RunPaths) -> None:
+    """Load the dataset, partition it, and check the resume state of the run dir (fl-run
+    runs this while a runtime that starts early comes up: a first load takes seconds).
+
+    On resume, `cfg.run_id` becomes the checkpointed run's, so clients find their state.
+    This is the one place a resumed config is compared with its checkpoint's: the ServerApp
+    runs only configs that fl-run gives it, and the composed defaults are read from conf/.
+    """
     load_dataset(cfg)
     partition_indices(cfg, cfg.num_clients)
     _check_resume(cfg, paths)

@@ -10,11 +10,27 @@ from pathlib import Path
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from fl_system import startup
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup
 from fl_system.results import MetricsLog, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.run_log import RunLog
+
+SUBMITTED = b"Successfully started run"  # what `flwr run` prints once the SuperLink has the run
+
+
+def server_log(paths: RunPaths) -> Path:
+    return paths.logs / "serverapp.log"
+
+
+def log_end(paths: RunPaths) -> int:
+    """Where this run's lines will start in the server log (call before starting the process
+    that writes them): what is there already belongs to earlier runs of the directory."""
+    try:
+        return server_log(paths).stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 class ProgressBar:
@@ -24,10 +40,10 @@ class ProgressBar:
     on another machine, which the run directory's files are not.
     """
 
-    def __init__(self, cfg: DictConfig, paths: RunPaths) -> None:
-        self.log_path = paths.logs / "serverapp.log"
+    def __init__(self, cfg: DictConfig, paths: RunPaths, since: int) -> None:
+        self.log_path = server_log(paths)
         self.log = RunLog()
-        self._offset = 0
+        self._offset = since  # a resumed run's log holds the earlier runs' lines before it
         self.bar = tqdm(
             total=int(cfg.num_rounds),
             unit="round",
@@ -46,11 +62,14 @@ class ProgressBar:
         except FileNotFoundError:
             return
         self._offset += len(chunk)
+        if SUBMITTED in chunk:
+            startup.mark("run submitted")
         self.log.feed(chunk.decode(errors="replace"))
         done = self.log.round
         if done == 0:
             return
         if not self.started:  # a resumed run starts part-way
+            startup.mark("first round done")
             self.bar.n = self.bar.last_print_n = self.bar.initial = done - 1
             # the bar's clock is training time, as in the log and metrics.csv: start-up and
             # waiting for the federation are not rounds
@@ -73,9 +92,11 @@ def follow_run(
     main: subprocess.Popen,
     procs: ProcessGroup,
     *,
-    poll: float = 0.5,
+    since: int,
+    poll: float = 0.2,
 ) -> None:
-    """Wait for `main` (the process whose end is the run's end), showing progress.
+    """Wait for `main` (the process whose end is the run's end) or the ServerApp's last
+    line, showing progress.
 
     A restartable process that exits (a killed SuperNode) is started again and the run goes
     on; any other process of the group dying early (the SuperLink, a SuperNode that keeps
@@ -83,9 +104,11 @@ def follow_run(
     if the run left no summary. A summary that exists only in the log (the ServerApp wrote
     its run directory on another machine) is copied into the local run directory.
     """
-    bar = ProgressBar(cfg, paths)
+    bar = ProgressBar(cfg, paths, since)
     try:
-        while main.poll() is None:
+        # The ServerApp's last line ends the wait: what comes after it (Flower's own
+        # shutdown, `flwr run` noticing the run ended) adds seconds and writes nothing.
+        while main.poll() is None and not bar.log.done:
             bar.poll()
             procs.watch()
             for name, code in procs.restart_exited():
@@ -97,7 +120,8 @@ def follow_run(
             if dead and dead[1] is not main:
                 raise _exited(dead, paths)
             time.sleep(poll)
-        procs.drain(main)
+        if main.poll() is not None:
+            procs.drain(main)
     finally:
         bar.close()
     if bar.log.failure is not None:

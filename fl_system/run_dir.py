@@ -38,3 +38,8 @@ class RunPaths:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def startup(self) -> Path:
+        """fl-run's start-up phases (`fl_system.startup`), seconds since the run began."""
+        return self.logs / "startup.csv"

@@ -18,6 +18,7 @@ _ROUND = re.compile(
 )
 _SUMMARY = "summary "
 _FAILED = "failed: "
+_DONE = "done: "  # the ServerApp's last line: its run directory is complete
 
 
 def say(text: str) -> None:
@@ -46,6 +47,13 @@ def summary_line(summary: dict) -> str:
     return _SUMMARY + json.dumps(summary, sort_keys=True, default=str)
 
 
+def done_line(summary: dict, run_dir: object) -> str:
+    return (
+        f"{_DONE}final accuracy {summary['final_accuracy']}, best {summary['best_accuracy']}, "
+        f"{summary['rounds']} rounds, run directory {run_dir}"
+    )
+
+
 def failed_line(reason: str) -> str:
     return _FAILED + reason
 
@@ -60,6 +68,7 @@ class RunLog:
     training_seconds: float | None = None  # the run's so far
     summary: dict | None = None
     failure: str | None = None
+    done: bool = False
     _partial: str = field(default="", repr=False)
 
     def feed(self, text: str) -> None:
@@ -85,3 +94,5 @@ class RunLog:
             self.summary = json.loads(body[len(_SUMMARY) :])
         elif body.startswith(_FAILED):
             self.failure = body[len(_FAILED) :]
+        elif body.startswith(_DONE):
+            self.done = True

@@ -225,10 +225,7 @@ class RoundDriver:
             title=f"{self.cfg.algorithm.name} on {self.cfg.dataset.name}",
         )
         run_log.say(run_log.summary_line(summary))
-        run_log.say(
-            f"done: final accuracy {summary['final_accuracy']}, best {summary['best_accuracy']}, "
-            f"{summary['rounds']} rounds, run directory {self.paths.root}"
-        )
+        run_log.say(run_log.done_line(summary, self.paths.root))
         return summary
 
 

@@ -21,16 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from fl_system.experiment import load_dataset, partition_indices
 
-CACHE_ENV = "FL_CACHE_DIR"
 # Bump when partitioning or preprocessing changes, so stale cached partitions are not reused.
 _CACHE_VERSION = 1
 MEMORY_BYTES = 256 * 1024 * 1024  # partitions kept in one process's memory, least recent out
 
 _in_memory: OrderedDict[Path, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-
-
-def default_cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "fl_system")
 
 
 def partition_file(cfg: DictConfig, partition_id: int, root: Path) -> Path:

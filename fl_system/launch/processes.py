@@ -56,6 +56,7 @@ def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 RESTART_GRACE = 10.0  # seconds a restarted process must live for another restart
+STOP_GRACE = 10.0  # seconds a stopped process gets after SIGINT before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -200,8 +201,9 @@ class ProcessGroup:
                 return name, proc, code
         return None
 
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGINT every group (Flower's SuperLink ignores SIGTERM), then SIGKILL stragglers.
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """SIGINT every group (Flower's SuperLink ignores SIGTERM), then SIGKILL those still
+        there after `grace` seconds (at once with 0).
 
         Flower's helpers start their own sessions (flower-superexec, and under it
         flwr-serverapp), so the descendant tree is recorded first and every process group
@@ -215,7 +217,7 @@ class ProcessGroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGINT)
         deadline = time.monotonic() + grace
-        for _, proc in self.procs:
+        for _, proc in self.procs if grace > 0 else []:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         for group in groups:

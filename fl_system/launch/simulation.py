@@ -20,7 +20,7 @@ from fl_system.experiment import config_to_json
 from fl_system.launch.client_state import discard_finished
 from fl_system.launch.components import app_dir, components
 from fl_system.launch.processes import ProcessGroup, tool_env
-from fl_system.progress import follow_run
+from fl_system.progress import follow_run, log_end, server_log
 from fl_system.run_dir import RunPaths
 
 # Ray passes a call's arguments and results up to this size inline, beyond it through its
@@ -55,10 +55,9 @@ class SimulationRuntime:
             ]
             env = tool_env({THREADS_ENV: str(self.torch_threads), "RAY_DEDUP_LOGS": "0"})
             try:
-                engine = procs.start(
-                    "simulation", cmd, paths.logs / "serverapp.log", env, plain=True
-                )
-                follow_run(cfg, paths, engine, procs)
+                since = log_end(paths)
+                engine = procs.start("simulation", cmd, server_log(paths), env, plain=True)
+                follow_run(cfg, paths, engine, procs, since=since)
                 discard_finished(cfg)  # only a completed run gets here
             finally:
                 procs.stop()

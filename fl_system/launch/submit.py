@@ -14,9 +14,10 @@ from omegaconf import DictConfig
 from fl_system import protocol
 from fl_system.experiment import config_to_json
 from fl_system.launch import LaunchError
+from fl_system.launch.app_bundle import stage_app
 from fl_system.launch.components import app_dir
 from fl_system.launch.processes import ProcessGroup
-from fl_system.progress import follow_run, resume_hint, saved_rounds
+from fl_system.progress import follow_run, log_end, resume_hint, saved_rounds, server_log
 from fl_system.run_dir import RunPaths
 
 CONNECTION = "fl-system"
@@ -49,11 +50,11 @@ def write_run_config(path: Path, config_json: str) -> Path:
     return path
 
 
-def flwr_run_command(run_config_file: Path) -> list[str]:
+def flwr_run_command(app: Path, run_config_file: Path) -> list[str]:
     return [
         "flwr",
         "run",
-        str(app_dir()),
+        str(app),
         CONNECTION,
         "--run-config",
         str(run_config_file),
@@ -68,11 +69,13 @@ def submit_and_follow(
     flwr_home = Path(env["FLWR_HOME"])
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
+    app = stage_app(app_dir(), flwr_home / "app")
+    since = log_end(paths)
     submit = procs.start(
-        "flwr run", flwr_run_command(run_file), paths.logs / "serverapp.log", env, plain=True
+        "flwr run", flwr_run_command(app, run_file), server_log(paths), env, plain=True
     )
     try:
-        follow_run(cfg, paths, submit, procs)
+        follow_run(cfg, paths, submit, procs, since=since)
     except LaunchError as err:
         if not paths.summary.exists():
             stopped = _stopped_from_outside(paths, env)
@@ -92,10 +95,10 @@ def stopped_message(run_id: int, status: str, saved: int | None, run_dir: Path) 
 
 def _stopped_from_outside(paths: RunPaths, env: dict[str, str]) -> str | None:
     """Ask the SuperLink what became of the run `flwr run` started (its id is in the log)."""
-    found = re.search(r"Successfully started run (\d+)", _read(paths.logs / "serverapp.log"))
-    if found is None:
+    started = re.findall(r"Successfully started run (\d+)", _read(server_log(paths)))
+    if not started:
         return None
-    run_id = int(found.group(1))
+    run_id = int(started[-1])  # the log of a resumed run holds the earlier runs' ids first
     try:
         listed = subprocess.run(
             ["flwr", "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],

@@ -1,32 +1,45 @@
-"""The ClientApp launcher: one long-lived process per SuperNode that forks a child per task.
+"""The ClientApp launcher: a long-lived process that forks a child per task.
 
 Flower starts a fresh `flwr-clientapp` interpreter for every message, which imports torch and
 Flower again (seconds of CPU each, ten at once on a small machine). This process imports them
-once, waits for the SuperNode to say a message arrived (a byte on the wake pipe, with a
-fallback poll), claims the task through the Runtime API and forks a child that runs Flower's
-own ClientApp runtime with the task's token. The parent never runs a torch op or touches CUDA,
-so a child may use the GPU.
+once, waits for a SuperNode to say a message arrived, claims the task through that node's
+Runtime API and forks a child that runs Flower's own ClientApp runtime with the task's token.
+The parent never runs a torch op or touches CUDA, so a child may use the GPU.
 
-    python -m fl_system.supernode.launcher --runtime-api-address HOST:PORT --wake-fd FD
+It serves either one SuperNode, which starts it and wakes it with a byte on a pipe, or every
+SuperNode of a local federation (fl-run starts it once, so torch is imported once per machine,
+not once per node): each node wakes it with a datagram naming its pid and Runtime API on a
+UNIX socket, and a child writes to its node's log. Either way a child's Flower runtime watches
+its node's pid, and a child killed by a signal gets its node's error reply at once
+(`TaskClaimer.report_killed`) instead of after the task's token expires (~60 s).
+
+    python -m fl_system.supernode.launcher --runtime-api-address HOST:PORT --wake-fd FD --node-pid P
+    python -m fl_system.supernode.launcher --socket PATH --parent-pid P
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import importlib
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fl_system.launch.processes import alive
 
 if TYPE_CHECKING:
     from flwr.supercore.superexec.executor import ExecutionSpec
+
+    from fl_system.flwr_hooks import TaskClaimer
 
 # Third-party modules every ClientApp of this project imports (torch._dynamo comes with the
 # first optimiser). Never our own packages: a child must import those from the run's FAB.
@@ -46,59 +59,129 @@ PRELOAD = (
 # so that the ClientApp imports the FAB's copy, exactly as a fresh flwr-clientapp would.
 APP_PACKAGES = ("fl_system", "client_app", "server_app")
 FALLBACK_POLL_SECONDS = 1.0  # look for tasks even without a wake-up (e.g. one sent at start-up)
+SOCKET_ENV = "FL_LAUNCHER_SOCKET"  # set for fl-supernode: wake this shared launcher
 
 
-def say(text: str) -> None:
-    print(f"[launcher {os.getpid()}] {text}", file=sys.stderr, flush=True)
+def say(text: str, out: int = 2) -> None:
+    with contextlib.suppress(OSError):
+        os.write(out, f"[launcher {os.getpid()}] {text}\n".encode())
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fl_system.supernode.launcher")
-    parser.add_argument("--runtime-api-address", required=True)
-    parser.add_argument("--wake-fd", type=int, required=True, help="readable end of the pipe")
-    parser.add_argument("--node-pid", type=int, required=True, help="exit when it is gone")
-    return parser.parse_args(argv)
+    parser.add_argument("--runtime-api-address", help="the one node's Runtime API")
+    parser.add_argument("--wake-fd", type=int, help="readable end of the node's pipe")
+    parser.add_argument("--node-pid", type=int, help="the one node: exit when it is gone")
+    parser.add_argument("--socket", help="serve every node that wakes this UNIX socket")
+    parser.add_argument("--parent-pid", type=int, help="with --socket: exit when it is gone")
+    args = parser.parse_args(argv)
+    one = (args.runtime_api_address, args.wake_fd, args.node_pid)
+    if args.socket is None and None in one:
+        parser.error("give --runtime-api-address, --wake-fd and --node-pid, or --socket")
+    if args.socket is not None and (args.parent_pid is None or any(v is not None for v in one)):
+        parser.error("--socket takes --parent-pid and nothing else")
+    return args
+
+
+@dataclass
+class _Node:
+    """A SuperNode served: where to claim its tasks, and where its children write."""
+
+    address: str
+    pid: int
+    claimer: TaskClaimer
+    out: int = 2  # the node's own stderr when shared (its log), else the launcher's
 
 
 class Launcher:
     """Claims tasks and forks children; reaps them and reports those that died abnormally."""
 
-    def __init__(self, runtime_api_address: str, wake_fd: int, node_pid: int) -> None:
+    def __init__(self, wake_fd: int, watched_pid: int, *, shared: bool) -> None:
         from fl_system import flwr_hooks
 
         self.hooks = flwr_hooks
-        self.claimer = flwr_hooks.TaskClaimer(runtime_api_address)
-        self.wake_fd = wake_fd
-        self.node_pid = node_pid
-        self.children: dict[int, tuple[int, float]] = {}  # pid -> (task id, start time)
+        self.wake_fd = wake_fd  # the node's pipe, or the shared socket
+        self.watched_pid = watched_pid  # exit once it is gone (the node, or fl-run)
+        self.shared = shared
+        self.nodes: dict[str, _Node] = {}
+        self.children: dict[int, tuple[_Node, ExecutionSpec, float]] = {}
         self.signal_r, signal_w = os.pipe()
         os.set_blocking(signal_w, False)
         signal.set_wakeup_fd(signal_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the fd
 
+    def add_node(self, address: str, pid: int) -> _Node:
+        """Serve this node (a node restarted on the same address replaces its old entry)."""
+        old = self.nodes.pop(address, None)
+        if old is not None:
+            self._forget(old)
+        node = _Node(address, pid, self.hooks.TaskClaimer(address))
+        if self.shared:
+            with contextlib.suppress(OSError):  # its log; else the launcher's own
+                node.out = os.open(f"/proc/{pid}/fd/2", os.O_WRONLY | os.O_APPEND)
+        self.nodes[address] = node
+        return node
+
     def serve(self) -> None:
         try:
-            while self._wait_for_news():
+            while (woken := self._wait_for_news()) is not None:
                 self._reap()
-                for spec in self.claimer.claim_pending():
-                    self._fork(spec)
+                for node in woken:
+                    for spec in node.claimer.claim_pending():
+                        self._fork(node, spec)
         finally:
-            self.claimer.close()
+            for node in list(self.nodes.values()):
+                self._forget(node)
             self._reap()
 
-    def _wait_for_news(self) -> bool:
-        """Block until a wake-up, a child's exit or the fallback poll; False once the node left."""
+    def _wait_for_news(self) -> list[_Node] | None:
+        """Block until a wake-up, a child's exit or the fallback poll; the nodes to claim
+        from (all of them after the fallback wait), or None once it is time to stop."""
         ready, _, _ = select.select([self.wake_fd, self.signal_r], [], [], FALLBACK_POLL_SECONDS)
-        for fd in ready:
-            if not os.read(fd, 4096) and fd == self.wake_fd:
-                return False  # the SuperNode closed its end: it is gone
-        return alive(self.node_pid)
+        named: set[str] | None = None if not ready else set()
+        if self.signal_r in ready:
+            os.read(self.signal_r, 4096)
+        if self.wake_fd in ready:
+            if self.shared:
+                named = self._read_datagrams()
+            elif not os.read(self.wake_fd, 4096):
+                return None  # the SuperNode closed its end: it is gone
+            else:
+                named = None
+        if not alive(self.watched_pid):
+            return None
+        for node in [n for n in self.nodes.values() if not alive(n.pid)]:
+            del self.nodes[node.address]
+            self._forget(node)
+        return [n for n in self.nodes.values() if named is None or n.address in named]
 
-    def _fork(self, spec: ExecutionSpec) -> None:
+    def _read_datagrams(self) -> set[str]:
+        """Nodes that said "<pid> <address>" since the last look (new ones are added)."""
+        named: set[str] = set()
+        while True:
+            try:
+                data = os.read(self.wake_fd, 1024)
+            except BlockingIOError:
+                return named
+            pid_text, _, address = data.decode(errors="replace").partition(" ")
+            if not pid_text.isdigit() or not address:
+                continue
+            node = self.nodes.get(address)
+            if node is None or node.pid != int(pid_text):
+                node = self.add_node(address, int(pid_text))
+            named.add(address)
+
+    def _forget(self, node: _Node) -> None:
+        node.claimer.close()
+        if node.out != 2:
+            with contextlib.suppress(OSError):
+                os.close(node.out)
+
+    def _fork(self, node: _Node, spec: ExecutionSpec) -> None:
         pid = os.fork()
         if pid == 0:  # the child never returns
-            _run_child(self, spec)
-        self.children[pid] = (spec.task_id, time.monotonic())
+            _run_child(self, node, spec)
+        self.children[pid] = (node, spec, time.monotonic())
 
     def _reap(self) -> None:
         while self.children:
@@ -109,32 +192,49 @@ class Launcher:
                 return
             if pid == 0:
                 return
-            task_id, start = self.children.pop(pid, (None, time.monotonic()))
-            seconds = time.monotonic() - start
-            took = f"ClientApp task {task_id} (pid {pid}) ended after {seconds:.2f} s"
+            if pid not in self.children:
+                continue
+            node, spec, start = self.children.pop(pid)
+            took = (
+                f"ClientApp task {spec.task_id} (pid {pid}) ended after "
+                f"{time.monotonic() - start:.2f} s"
+            )
             if os.WIFSIGNALED(status):
-                say(
-                    f"ERROR: {took} with {_describe(status)}: it sent no reply, so the SuperNode "
-                    "sends an error reply once the task's heartbeat expires (about 60 s)"
+                reported = self.hooks.report_killed(spec, _describe(status))
+                then = (
+                    "its node sends the server an error reply now"
+                    if reported
+                    else "its node sends the server an error reply once the task's token "
+                    "expires (about 60 s)"
                 )
+                say(f"ERROR: {took} with {_describe(status)}: it sent no reply; {then}", node.out)
             elif os.WEXITSTATUS(status) != 0:
-                say(f"ERROR: {took} with {_describe(status)} (its error reply went to the server)")
+                say(
+                    f"ERROR: {took} with {_describe(status)} (its error reply went to the server)",
+                    node.out,
+                )
             else:
-                say(took)
+                say(took, node.out)
 
 
-def _run_child(launcher: Launcher, spec: ExecutionSpec) -> None:
+def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> None:
     """In the forked child: Flower's ClientApp runtime for this task, then exit."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        os.close(launcher.wake_fd)
-        os.close(launcher.signal_r)
+        if node.out != 2:  # this task's output belongs in its node's log
+            os.dup2(node.out, 1)
+            os.dup2(node.out, 2)
+        for fd in {launcher.wake_fd, launcher.signal_r} | {
+            n.out for n in launcher.nodes.values() if n.out != 2
+        }:
+            os.close(fd)
         for name in [m for m in sys.modules if m.split(".")[0] in APP_PACKAGES]:
             del sys.modules[name]
-        launcher.hooks.run_clientapp(spec)
+        # Flower's runtime exits when this pid is gone: the node, not the launcher
+        launcher.hooks.run_clientapp(dataclasses.replace(spec, parent_pid=node.pid))
         code = 0
     except SystemExit as done:  # Flower's runtime ends with flwr_exit
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
@@ -160,17 +260,33 @@ def preload() -> float:
     return time.perf_counter() - start
 
 
+def bind_socket(path: str) -> int:
+    """The shared launcher's wake-up socket (bound before the slow imports, so that nodes
+    that start meanwhile find it; their datagrams wait in it)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.setblocking(False)
+    return sock.detach()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)  # telemetry is off in the environment fl-supernode passes on
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     try:
+        wake_fd = bind_socket(args.socket) if args.socket else args.wake_fd
         seconds = preload()
         from fl_system import flwr_hooks
 
         flwr_hooks.check()
         flwr_hooks.install_fab_cache()
-        launcher = Launcher(args.runtime_api_address, args.wake_fd, args.node_pid)
+        if args.socket:
+            launcher = Launcher(wake_fd, args.parent_pid, shared=True)
+        else:
+            launcher = Launcher(wake_fd, args.node_pid, shared=False)
+            launcher.add_node(args.runtime_api_address, args.node_pid)
     except Exception as err:  # one line for the node's log, then exit
         say(f"ERROR: cannot start: {err}")
         return 1

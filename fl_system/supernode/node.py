@@ -2,8 +2,9 @@
 
 Takes `flower-supernode`'s arguments and runs Flower's SuperNode in this process with
 `--isolation process`, next to our ClientApp launcher (a child process that pre-imports torch
-and forks one child per message). The SuperNode wakes the launcher through a pipe when a
-message arrives, and pulls the SuperLink by a `PollSchedule` (FL_NODE_POLL_ACTIVE,
+and forks one child per message; with FL_LAUNCHER_SOCKET set, the one launcher fl-run started
+for every node of its local federation). The SuperNode wakes the launcher when a message
+arrives, and pulls the SuperLink by a `PollSchedule` (FL_NODE_POLL_ACTIVE,
 FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s. It
 promises a heartbeat every FL_NODE_HEARTBEAT seconds (unset: Flower's 30; below 10 needs
 fl-superlink). If the launcher dies, the node logs why and stops (exit 1), so the SuperLink
@@ -16,11 +17,13 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 
+from fl_system.supernode.launcher import SOCKET_ENV
 from fl_system.supernode.polling import PollSchedule, env_seconds
 
 LAUNCHER_DIED = 1
@@ -92,6 +95,30 @@ class LauncherWatch:
             self.proc.wait()
 
 
+class SharedLauncher:
+    """The launcher every SuperNode of a local federation shares (fl-run started it): woken
+    by a datagram with this node's pid and Runtime API address, which also introduces the
+    node. If it dies, fl-run ends the run; this node only stops calling it."""
+
+    died = False
+
+    def __init__(self, socket_path: str, address: str) -> None:
+        self.socket_path = socket_path
+        self.hello = f"{os.getpid()} {address}".encode()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        self.notify()  # introduce this node (a message sent at start-up is claimed at once)
+
+    def notify(self) -> None:
+        # OSError: the launcher is not there (yet, or any more); its fallback poll and the
+        # next notification cover the first case, fl-run the second
+        with contextlib.suppress(OSError):
+            self.sock.sendto(self.hello, self.socket_path)
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     flower_args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -106,8 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError) as err:
         say(f"error: {err}")
         return 2
-    watch = LauncherWatch(address)
+    shared = os.environ.get(SOCKET_ENV)
+    watch = SharedLauncher(shared, address) if shared else LauncherWatch(address)
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify)
+    flwr_hooks.reply_at_once_when_killed()
     code: int | str | None = 0
     try:
         flwr_hooks.run_supernode([*flower_args, "--isolation", flwr_hooks.ISOLATION])

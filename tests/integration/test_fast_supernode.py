@@ -195,7 +195,8 @@ def test_a_hard_killed_clientapp_is_reported_and_reaped(
     federation: Federation, tmp_path: Path
 ) -> None:
     """A ClientApp that dies by a signal sends no reply: the launcher must say so, reap it,
-    and keep serving; the round goes on without that node after round_timeout."""
+    have its node send the error reply at once, and keep serving; the round goes on without
+    that node's update and the node serves every later round."""
     node = federation.start_supernode(0, 2, "supernode-0.log")
     federation.start_supernode(1, 2, "supernode-1.log")
     launcher = _launcher_of(node)
@@ -212,15 +213,27 @@ def test_a_hard_killed_clientapp_is_reported_and_reaped(
         )
         time.sleep(0.5)  # into its training (a task takes seconds at 100 epochs)
         assert len(_rows(run_dir)) == 1, "the round ended before its ClientApp could be killed"
-        os.kill(child, signal.SIGKILL)
-
         log_path = tmp_path / "supernode-0.log"
+        logged = len(log_path.read_text())
+        os.kill(child, signal.SIGKILL)
+        killed = time.monotonic()
         error = re.compile(
-            rf"ERROR: ClientApp task \d+ \(pid {child}\) ended after [\d.]+ s with signal SIGKILL"
+            rf"ERROR: ClientApp task \d+ \(pid {child}\) ended after [\d.]+ s with signal "
+            r"SIGKILL: it sent no reply; its node sends the server an error reply now"
         )
         found = _wait_for(
             "the launcher's error line", lambda: error.search(log_path.read_text()), 10
         )
+        # The node answers for its dead ClientApp at once (Flower: when the task's token
+        # expires, ~60 s), so it is free for the next round's task.
+        _wait_for(
+            "the node's error reply",
+            lambda: "Sending: train message" in log_path.read_text()[logged:],
+            timeout=5,
+            poll=0.05,
+        )
+        replied = time.monotonic() - killed
+        assert replied < 5, replied
         time.sleep(2)
         assert _zombies(launcher) == []
         assert node.poll() is None  # a lost ClientApp does not stop the node
@@ -240,6 +253,7 @@ def test_a_hard_killed_clientapp_is_reported_and_reaped(
     rows = _rows(run_dir)
     assert [r["round"] for r in rows] == [str(r) for r in range(1, 7)]
     assert rows[1]["participants"] == "1" and rows[1]["failures"] == "1"
+    assert all(r["participants"] == "2" for r in rows[2:]), rows  # node 0 served them
 
 
 # ----- c. a ClientApp that raises -------------------------------------------------------------

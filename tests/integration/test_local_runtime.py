@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -164,19 +165,12 @@ def test_a_supernode_killed_mid_round_is_restarted_and_the_run_goes_on(
     run_dir, log0 = tmp_path / "run", tmp_path / "run" / "logs" / "supernode-0.log"
     env = {**cli_env, "FL_STATE_DIR": str(tmp_path / "state")}
     args = [*QUICK, "num_clients=3", "algorithm=scaffold", "num_rounds=8", "round_timeout=120"]
-    proc = subprocess.Popen(
-        [FL_RUN, *args, f"hydra.run.dir={run_dir}"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _fl_run_in_background([*args, f"hydra.run.dir={run_dir}"], env)
     seen: set[int] = set()
     try:
-        deadline = time.monotonic() + 180
-        while not (log0.exists() and log0.read_text().count("Receiving: train message") >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline, "round 2 never reached"
-            time.sleep(0.01)
+        deadline = _wait_until(
+            proc, lambda: log0.exists() and log0.read_text().count("Receiving: train message") >= 2
+        )
         seen |= descendants(proc.pid)
         node = _supernode_of(0, seen)
         assert node is not None
@@ -199,3 +193,63 @@ def test_a_supernode_killed_mid_round_is_restarted_and_the_run_goes_on(
     assert any(float(r["weight_0"] or 0) > 0 for r in rows[2:]), "partition 0 never came back"
     assert "restored client state 'scaffold-c-i'" in log0.read_text()
     assert [pid for pid in seen if alive(pid)] == []
+
+
+def test_one_clientapp_launcher_serves_every_node_and_its_death_ends_the_run(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The local federation imports torch once: one launcher, fl-run's child, forks every
+    node's ClientApps (each writes to its node's log). Killing it fails the run at once with
+    its name, the saved rounds and the resume command, and leaves no process."""
+    run_dir = tmp_path / "run"
+    proc = _fl_run_in_background([*QUICK, "num_rounds=50", f"hydra.run.dir={run_dir}"], cli_env)
+    seen: set[int] = set()
+    try:
+        _wait_until(proc, lambda: len(MetricsLog(run_dir / "metrics.csv").rows()) >= 2)
+        seen |= descendants(proc.pid)
+        launchers = [pid for pid in seen if b"fl_system.supernode.launcher" in _cmdline(pid)]
+        direct = [pid for pid in launchers if _parent(pid) == proc.pid]
+        assert len(direct) == 1, launchers  # one launcher; the rest are its ClientApps
+        for partition in range(2):
+            node_log = (run_dir / "logs" / f"supernode-{partition}.log").read_text()
+            assert f"[launcher {direct[0]}] ClientApp task" in node_log
+        os.kill(direct[0], signal.SIGKILL)
+        output, _ = proc.communicate(timeout=60)
+        seen |= descendants(proc.pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, output[-3000:]
+    assert "clientapp launcher exited with code -9" in output
+    assert "resume=true" in output
+    time.sleep(1)
+    assert [pid for pid in seen if alive(pid)] == []
+
+
+def _fl_run_in_background(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [FL_RUN, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _wait_until(proc: subprocess.Popen, reached: Callable[[], bool], timeout: float = 180) -> float:
+    """Poll until round 2 is `reached` while fl-run runs; returns the deadline used."""
+    deadline = time.monotonic() + timeout
+    while not reached():
+        assert proc.poll() is None and time.monotonic() < deadline, "round 2 never reached"
+        time.sleep(0.01)
+    return deadline
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

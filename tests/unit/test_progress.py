@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from omegaconf import OmegaConf
 from fl_system import run_log
 from fl_system.launch import LaunchError
 from fl_system.launch.processes import ProcessGroup, tool_env
-from fl_system.progress import follow_run
+from fl_system.progress import follow_run, log_end, server_log
 from fl_system.results import MetricsLog
 from fl_system.run_dir import RunPaths
 
@@ -28,7 +29,7 @@ def _follow(tmp_path: Path, lines: list[str]) -> RunPaths:
         main = procs.start(
             "serverapp", [sys.executable, "-c", script], paths.logs / "serverapp.log", tool_env()
         )
-        follow_run(CFG, paths, main, procs, poll=0.05)
+        follow_run(CFG, paths, main, procs, since=0, poll=0.05)
     finally:
         procs.stop()
     return paths
@@ -86,10 +87,75 @@ def test_a_dead_superlink_is_named_with_the_saved_rounds_and_the_resume_command(
             tool_env(),
         )
         with pytest.raises(LaunchError) as err:
-            follow_run(CFG, paths, main, procs, poll=0.05)
+            follow_run(CFG, paths, main, procs, since=0, poll=0.05)
     finally:
         procs.stop()
     assert str(err.value) == (
         f"superlink exited with code -9; see {paths.logs}; rounds up to 3 are saved. "
         f"Continue it with fl-run <the same overrides> resume=true hydra.run.dir={paths.root}"
     )
+
+
+def test_the_serverapps_last_line_ends_the_wait_without_its_process_ending(
+    tmp_path: Path,
+) -> None:
+    """After "done:" the run directory is complete: Flower's shutdown after it is not waited
+    for (the stand-in keeps running for a minute after printing it)."""
+    summary = {"final_accuracy": 0.75, "best_accuracy": 0.8, "rounds": 1}
+    lines = [
+        run_log.round_line(1, 1, 0.75, 1.0, 1.0, 1.0),
+        run_log.summary_line(summary),
+        run_log.done_line(summary, tmp_path / "run"),
+    ]
+    script = "".join(f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines)
+    paths = RunPaths(tmp_path / "run")
+    procs = ProcessGroup()
+    try:
+        main = procs.start(
+            "serverapp",
+            [sys.executable, "-c", script + "import time; time.sleep(60)"],
+            paths.logs / "serverapp.log",
+            tool_env(),
+        )
+        started = time.monotonic()
+        follow_run(CFG, paths, main, procs, since=0, poll=0.05)
+        waited = time.monotonic() - started
+        assert main.poll() is None  # still running: the wait ended on the line
+    finally:
+        procs.stop(grace=0.0)
+    assert waited < 30
+    assert json.loads(paths.summary.read_text()) == summary
+
+
+def test_lines_of_an_earlier_run_in_the_same_log_are_not_this_runs(tmp_path: Path) -> None:
+    """A resumed run appends to the log of the runs before it: their "failed:" and "done:"
+    lines must neither end this run's wait nor become its result."""
+    paths = RunPaths(tmp_path / "run")
+    earlier = {"final_accuracy": 0.5, "best_accuracy": 0.5, "rounds": 1}
+    paths.logs.mkdir(parents=True)
+    server_log(paths).write_text(
+        "".join(
+            run_log.PREFIX + line + "\n"
+            for line in (
+                run_log.failed_line("round 2: no replies"),
+                run_log.summary_line(earlier),
+                run_log.done_line(earlier, paths.root),
+            )
+        )
+    )
+    since = log_end(paths)
+    summary = {"final_accuracy": 0.75, "best_accuracy": 0.8, "rounds": 2}
+    lines = [run_log.round_line(2, 2, 0.75, 0.9, 1.0, 2.0), run_log.summary_line(summary)]
+    script = "import time; time.sleep(1)\n" + "".join(
+        f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines
+    )
+    procs = ProcessGroup()
+    try:
+        main = procs.start(
+            "serverapp", [sys.executable, "-c", script], server_log(paths), tool_env()
+        )
+        follow_run(CFG, paths, main, procs, since=since, poll=0.05)
+        assert main.poll() is not None  # waited for this run, not ended by the old "done:"
+    finally:
+        procs.stop()
+    assert json.loads(paths.summary.read_text()) == summary

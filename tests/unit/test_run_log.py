@@ -37,6 +37,17 @@ def test_summary_and_failure_lines_round_trip_through_a_prefixed_stream() -> Non
     assert log.failure == "round 3: 0 usable replies of 2 sent"
 
 
+def test_the_done_line_says_the_run_directory_is_complete() -> None:
+    log = RunLog()
+    summary = {"final_accuracy": 0.8, "best_accuracy": 0.9, "rounds": 3}
+    log.feed("[fl_system] " + run_log.summary_line(summary) + "\n")
+    assert not log.done
+    line = run_log.done_line(summary, "/runs/a")
+    assert line == "done: final accuracy 0.8, best 0.9, 3 rounds, run directory /runs/a"
+    log.feed(f"INFO :      [fl_system] {line}\n")
+    assert log.done
+
+
 def test_other_lines_change_nothing() -> None:
     log = RunLog()
     log.feed("round 3/5 | acc 0.9 | not ours\n[fl_system] resuming after round 2\n")

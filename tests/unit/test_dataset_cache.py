@@ -1,0 +1,105 @@
+"""Parsed datasets and their partitions on disk: built once, read back bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+import fl_system.data.sources as sources
+import fl_system.experiment as experiment
+from fl_system.data.dataset_cache import cache_file, cached_arrays
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FL_CACHE_DIR", str(tmp_path / "cache"))
+    sources._cached_load.cache_clear()
+    experiment._dataset.cache_clear()
+    experiment._partitions.cache_clear()
+    yield tmp_path / "cache"
+    sources._cached_load.cache_clear()
+    experiment._dataset.cache_clear()
+    experiment._partitions.cache_clear()
+
+
+def test_arrays_are_built_once_and_read_back_identical() -> None:
+    calls = []
+
+    def build() -> dict[str, np.ndarray]:
+        calls.append(1)
+        return {"a": np.arange(5, dtype=np.int64), "b": np.float32([1e-30, 3.5e38])}
+
+    first = cached_arrays({"k": 1}, build)
+    again = cached_arrays({"k": 1}, build)
+    assert len(calls) == 1
+    for name in ("a", "b"):
+        assert again[name].dtype == first[name].dtype
+        assert np.array_equal(again[name], first[name])
+    cached_arrays({"k": 2}, build)  # another identity is another entry
+    assert len(calls) == 2
+
+
+def test_a_damaged_file_is_built_again(private_cache: Path) -> None:
+    cached_arrays({"k": 1}, lambda: {"a": np.ones(3)})
+    cache_file({"k": 1}).write_bytes(b"not an npz")
+    assert np.array_equal(cached_arrays({"k": 1}, lambda: {"a": np.zeros(3)})["a"], np.zeros(3))
+
+
+def test_an_unwritable_cache_still_returns_the_arrays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("FL_CACHE_DIR", str(blocker))
+    assert np.array_equal(cached_arrays({"k": 1}, lambda: {"a": np.ones(2)})["a"], np.ones(2))
+
+
+@pytest.mark.parametrize("source", [sources.Digits(), sources.Synthetic(num_users=4)])
+def test_a_cached_source_loads_what_it_parses(source: sources._Source) -> None:
+    parsed = source._read()
+    cold = source.load()
+    sources._cached_load.cache_clear()
+    warm = source.load()  # from the file now
+    assert cache_file({"dataset": source.cache_identity()}).is_file()
+    for data in (cold, warm):
+        assert data.num_classes == parsed.num_classes
+        for name in ("x_train", "y_train", "x_test", "y_test", "groups"):
+            want, got = getattr(parsed, name), getattr(data, name)
+            if want is None:
+                assert got is None
+                continue
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+            assert not got.flags.writeable
+
+
+def test_the_identity_names_the_arguments_and_the_data_package() -> None:
+    identity = sources.Digits(split_seed=3).cache_identity()
+    assert identity["source"] == "Digits"
+    assert identity["args"] == {"test_fraction": 0.2, "split_seed": 3}
+    assert set(identity["packages"]) == {"scikit-learn", "numpy"}
+    assert sources.Digits(split_seed=4).cache_identity() != identity
+
+
+def test_partitions_are_cached_and_identical_to_a_fresh_split(private_cache: Path) -> None:
+    cfg = OmegaConf.create(
+        {
+            "dataset": {"source": {"_target_": "fl_system.data.sources.Digits"}},
+            "partition": {
+                "_target_": "fl_system.data.partitions.DirichletPartition",
+                "alpha": 0.5,
+            },
+            "seed": 1,
+        }
+    )
+    first = experiment.partition_indices(cfg, 4)
+    files = set((private_cache / "arrays").iterdir())
+    experiment._partitions.cache_clear()
+    again = experiment.partition_indices(cfg, 4)
+    assert set((private_cache / "arrays").iterdir()) == files  # read, not written again
+    data = sources.Digits().load()
+    fresh = experiment.build(cfg.partition).split(data.y_train, 4, 1)
+    for got, cached, want in zip(first, again, fresh, strict=True):
+        assert np.array_equal(got, want) and np.array_equal(cached, want)

@@ -1,0 +1,48 @@
+"""fl-run's start-up clock: phases in seconds since the run began, written as CSV."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fl_system import startup
+
+
+@pytest.fixture(autouse=True)
+def fresh_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(startup, "_runs", 0)
+    monkeypatch.setattr(startup, "_marks", [])
+
+
+def test_the_first_run_counts_from_the_process_start() -> None:
+    startup.begin()
+    # this test process started before the test did: imports and collection are counted
+    assert startup.elapsed() > 0.05
+    assert startup.marks() == [("process started", 0.0)]
+
+
+def test_phases_are_recorded_once_in_order(tmp_path: Path) -> None:
+    startup.begin()
+    startup.mark("composed")
+    time.sleep(0.02)
+    startup.mark("checked")
+    startup.mark("composed")  # a phase ends once
+    names = [name for name, _ in startup.marks()]
+    assert names == ["process started", "composed", "checked"]
+    seconds = [s for _, s in startup.marks()]
+    assert seconds[2] - seconds[1] >= 0.02
+    startup.write(tmp_path / "logs" / "startup.csv")
+    lines = (tmp_path / "logs" / "startup.csv").read_text().splitlines()
+    assert lines[0] == "phase,seconds"
+    assert [line.split(",")[0] for line in lines[1:]] == names
+
+
+def test_a_later_run_of_a_sweep_counts_from_its_own_start() -> None:
+    startup.begin()
+    startup.mark("composed")
+    time.sleep(0.05)
+    startup.begin()
+    assert startup.elapsed() < 0.05
+    assert startup.marks() == [("run started", 0.0)]
