@@ -37,17 +37,17 @@ TIMEOUT = 600
 
 def default_runs(code: Code, work: Path, repeats: int) -> tuple[Timeline, list[Timeline]]:
     """The default command: a cold first run, then `repeats` with a warm cache."""
-    cache = work / f"cache-{code.label}"
+    cache = work / f"cache-{code.label.split()[0]}"
     runs = []
     for i in range(repeats + 1):
-        run_dir = work / f"default-{code.label}-{i}"
+        run_dir = work / f"default-{code.label.split()[0]}-{i}"
         runs.append(
             timed_run(
                 [*code.command(), f"hydra.run.dir={run_dir}"],
                 run_dir,
                 code.env(cache),
                 code.root or work,
-                work / f"default-{code.label}-{i}.out",
+                work / f"default-{code.label.split()[0]}-{i}.out",
                 TIMEOUT,
             )
         )
@@ -56,14 +56,14 @@ def default_runs(code: Code, work: Path, repeats: int) -> tuple[Timeline, list[T
 
 def simulation_startup(code: Code, work: Path) -> dict[str, float]:
     """Seconds to the end of round 1 minus round 2's time, for a warm cache."""
-    cache = work / f"cache-{code.label}"
-    run_dir = work / f"sim-{code.label}"
+    cache = work / f"cache-{code.label.split()[0]}"
+    run_dir = work / f"sim-{code.label.split()[0]}"
     timeline = timed_run(
         [*code.command(), *SIMULATION, f"hydra.run.dir={run_dir}"],
         run_dir,
         code.env(cache),
         code.root or work,
-        work / f"sim-{code.label}.out",
+        work / f"sim-{code.label.split()[0]}.out",
         TIMEOUT,
     )
     walls = [float(r["wall_seconds"]) for r in MetricsLog(run_dir / "metrics.csv").rows()]
@@ -80,8 +80,8 @@ def simulation_startup(code: Code, work: Path) -> dict[str, float]:
 
 def sweep_ratio(code: Code, work: Path) -> dict[str, float]:
     """A 6-member simulation sweep: wall time / the sum of its members' training time."""
-    cache = work / f"cache-{code.label}"
-    sweep_dir = work / f"sweep-{code.label}"
+    cache = work / f"cache-{code.label.split()[0]}"
+    sweep_dir = work / f"sweep-{code.label.split()[0]}"
     seeds = ",".join(str(s) for s in range(SWEEP_SEEDS))
     command = [
         *code.command(), "-m", "runtime=simulation", f"seed={seeds}",
@@ -90,7 +90,7 @@ def sweep_ratio(code: Code, work: Path) -> dict[str, float]:
     start = time.monotonic()
     run_fl(
         command,
-        work / f"sweep-{code.label}.out",
+        work / f"sweep-{code.label.split()[0]}.out",
         TIMEOUT * 2,
         code.env(cache),
         cwd=code.root or work,
