@@ -8,9 +8,9 @@ only *how fast* that happens:
 - the SuperNode's fixed sleeps (3 s after an empty pull, 0.5 s while waiting for a reply) are
   replaced by a `PollSchedule`, by swapping the `time` module seen by
   `flwr.supernode.start_client_internal`;
-- the launcher claims tasks with Flower's Runtime API client and `ClientAppExecPlugin`, and
-  starts each ClientApp in a forked child instead of a fresh `flwr-clientapp` interpreter;
-- the FAB is installed once per machine and hash, not unzipped and re-verified per message;
+- the launcher claims tasks and starts each app in a forked child instead of a fresh
+  `flwr-clientapp` / `flwr-serverapp` interpreter, installs the FAB once per machine and
+  hash, and answers for a killed ClientApp at once (`fl_system.flwr_tasks`, checked here too);
 - the simulation engine picks a message up when it is stored, not at its next 0.1 s sweep,
   and loads the apps by their component references with the run config in the ServerApp's
   context (`_run_simulation`, which `flwr run` uses; the public `run_simulation` takes neither);
@@ -26,38 +26,24 @@ simulation call it at start-up, and a unit test calls it so an flwr upgrade fail
 
 from __future__ import annotations
 
-import compileall
-import contextlib
-import fcntl
-import hashlib
 import inspect
-import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from queue import Queue
 from threading import Event
 
-import flwr.cli.install as flwr_install
 import flwr.client.grpc_rere_client.connection as flwr_node_connection
 import flwr.server.superlink.fleet.message_handler.message_handler as flwr_fleet_handler
 import flwr.server.superlink.fleet.vce.vce_api as flwr_simulation_engine
 import flwr.supercore.heartbeat as flwr_heartbeat
 import flwr.superlink.grid.http_grid as flwr_http_grid
-import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import flwr.supernode.start_client_internal as flwr_supernode_loop
 from flwr.app import Message
 from flwr.common.constant import (
     HEARTBEAT_CALL_TIMEOUT,
     HEARTBEAT_MAX_INTERVAL,
     ISOLATION_MODE_PROCESS,
-    SubStatus,
-)
-from flwr.proto.runtime_pb2 import (
-    ClaimTaskRequest,
-    PullPendingTasksRequest,
-    PushTaskOutputRequest,
 )
 from flwr.server.superlink.linkstate import LinkState
 from flwr.supercore.inflatable.inflatable_object import (
@@ -69,20 +55,12 @@ from flwr.supercore.inflatable.inflatable_utils import (
     ObjectUnavailableError,
 )
 from flwr.supercore.inflatable.inflatable_utils import pull_objects as flwr_pull_objects
-from flwr.supercore.interceptors import (
-    RuntimeTokenHttpInterceptor,
-    RuntimeVersionHttpInterceptor,
-)
-from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
-from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult
-from flwr.supercore.superexec.plugin.clientapp_exec_plugin import ClientAppExecPlugin
-from flwr.supercore.utils import get_flwr_home
 from flwr.superlink.cli.flower_superlink import flower_superlink
 from flwr.superlink.grid import InMemoryGrid
 from flwr.supernode.cli.flower_supernode import flower_supernode
-from flwr.supernode.nodestate import InMemoryNodeState
 
+from fl_system import flwr_tasks
 from fl_system.supernode.polling import PollSchedule
 
 ISOLATION = ISOLATION_MODE_PROCESS  # the SuperNode serves the Runtime API; we launch apps
@@ -108,24 +86,12 @@ def check() -> None:
         problems.append("start_client_internal no longer imports the time module")
     if "_pull_and_store_message(" not in loop_source:
         problems.append("start_client_internal no longer calls _pull_and_store_message")
-    if getattr(flwr_run_clientapp, "install_from_fab", None) is not flwr_install.install_from_fab:
-        problems.append("run_clientapp no longer installs FABs through install_from_fab")
-    expected = {"runtime_api_address", "token", "insecure", "certificates", "parent_pid"}
-    params = set(inspect.signature(flwr_run_clientapp.run_clientapp).parameters)
-    if not expected <= params:
-        problems.append(f"run_clientapp lacks parameters {sorted(expected - params)}")
-    spec_fields = {"runtime_api_address", "token", "insecure", "parent_pid", "task_id"}
-    if not spec_fields <= set(ExecutionSpec.__dataclass_fields__):
-        problems.append("ExecutionSpec changed its fields")
-    for name in ("PullPendingTasks", "ClaimTask"):
-        if not hasattr(RuntimeHttpClient, name):
-            problems.append(f"RuntimeHttpClient has no {name}")
     pickup = inspect.getsource(flwr_simulation_engine.add_messages_to_queue)
     if f"f_stop.wait({SIMULATION_PICKUP})" not in pickup or "get_message_ins" not in pickup:
         problems.append("the simulation engine no longer picks messages up as it did")
     if "store_message_ins" not in inspect.getsource(InMemoryGrid.push_messages):
         problems.append("the simulation's grid no longer stores messages with store_message_ins")
-    problems += _heartbeat_problems() + _reply_pull_problems() + _killed_task_problems()
+    problems += _heartbeat_problems() + _reply_pull_problems() + flwr_tasks.problems()
     if problems:
         raise FlwrInternalsChanged(
             "the installed flwr differs from the 1.36 internals fl_system relies on: "
@@ -285,191 +251,6 @@ def abandon_replies_of_dead_senders(is_online: Callable[[int], bool]) -> None:
 
     RuntimeHttpClient.PullMessages = pull_and_note_senders  # type: ignore[method-assign]
     flwr_http_grid.pull_objects = pull_or_give_up
-
-
-# ----- the launcher process -------------------------------------------------------------------
-class _Collect:
-    """Flower's Executor protocol: remembers specs instead of starting processes."""
-
-    def __init__(self) -> None:
-        self.specs: list[ExecutionSpec] = []
-
-    def wait_for_capacity(self) -> None:
-        return None
-
-    def launch(self, spec: ExecutionSpec) -> LaunchResult:
-        self.specs.append(spec)
-        return LaunchResult.accepted()
-
-
-class TaskClaimer:
-    """Claims the SuperNode's pending ClientApp tasks through its Runtime API."""
-
-    def __init__(self, runtime_api_address: str) -> None:
-        self.client = RuntimeHttpClient.from_server_address(
-            server_address=runtime_api_address,
-            insecure=True,
-            root_certificates=None,
-            interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
-            retry_invoker=make_simple_http_retry_invoker(),
-        )
-        self.collect = _Collect()
-        self.plugin = ClientAppExecPlugin(
-            runtime_api_address=runtime_api_address,
-            insecure=True,
-            root_certificates_path=None,
-            runtime_dependency_install=False,
-            executor=self.collect,
-        )
-
-    def claim_pending(self) -> Iterator[ExecutionSpec]:
-        """Every task pending now, claimed; Flower's plugin builds each one's spec."""
-        while True:
-            pending = self.client.PullPendingTasks(request=PullPendingTasksRequest()).tasks
-            task = self.plugin.select_task(pending) if pending else None
-            if task is None:
-                return
-            token = self.client.ClaimTask(ClaimTaskRequest(task_id=task.task_id)).token
-            if not token:  # another launcher took it
-                continue
-            self.collect.specs.clear()
-            self.plugin.launch_task(token=token, task=task)
-            yield from self.collect.specs
-
-    def close(self) -> None:
-        self.client.close()
-
-
-KILLED = "ClientApp process killed"  # how the launcher's report on a dead child begins
-
-
-def report_killed(spec: ExecutionSpec, how: str) -> bool:
-    """Finish a task whose ClientApp was killed (it pushed nothing), with its token, so that
-    its node replies with an error at once (`reply_at_once_when_killed`); False if the node
-    could not be told (it is gone too)."""
-    retry = make_simple_http_retry_invoker()
-    retry.max_tries = 1  # a node that does not answer at once is gone
-    client = RuntimeHttpClient.from_server_address(
-        server_address=spec.runtime_api_address,
-        insecure=True,
-        root_certificates=None,
-        interceptors=[
-            RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-            RuntimeTokenHttpInterceptor(spec.token),
-        ],
-        retry_invoker=retry,
-    )
-    request = PushTaskOutputRequest(sub_status=SubStatus.FAILED, details=f"{KILLED} by {how}")
-    try:
-        client.PushTaskOutput(request)
-        return True
-    except Exception:  # the node is gone or refused: Flower's token expiry remains
-        return False
-    finally:
-        client.close()
-
-
-def _killed_task_problems() -> list[str]:
-    problems = []
-    for name in ("finish_task", "_store_error_replies"):
-        if not hasattr(InMemoryNodeState, name):
-            problems.append(f"InMemoryNodeState has no {name}")
-    if "CLIENT_APP_CRASHED" not in inspect.getsource(InMemoryNodeState._store_error_replies):
-        problems.append(
-            "InMemoryNodeState._store_error_replies no longer replies CLIENT_APP_CRASHED"
-        )
-    if not hasattr(RuntimeHttpClient, "PushTaskOutput"):
-        problems.append("RuntimeHttpClient has no PushTaskOutput")
-    return problems
-
-
-def reply_at_once_when_killed() -> None:
-    """In the SuperNode: a task finished with the launcher's KILLED report gets the error
-    reply Flower gives when a task's token expires (CLIENT_APP_CRASHED), now instead of
-    ~60 s later, unless a reply to its message is already stored."""
-    finish = InMemoryNodeState.finish_task
-
-    def finish_task(self: InMemoryNodeState, task_id: int, sub_status: str, details: str) -> bool:
-        with self.lock_task_store:
-            task = self.task_store.get(task_id)
-        finished = finish(self, task_id, sub_status, details)
-        if finished and task is not None and details.startswith(KILLED):
-            with self.lock_msg_store:
-                entries = list(self.msg_store.values())
-            answered = {e.message.metadata.reply_to_message_id for e in entries}
-            if any(
-                e.is_retrieved
-                and e.message.metadata.run_id == task.run_id
-                and e.message.metadata.message_id not in answered
-                for e in entries
-            ):
-                self._store_error_replies({task.run_id})
-        return finished
-
-    InMemoryNodeState.finish_task = finish_task  # type: ignore[method-assign]
-
-
-def run_clientapp(spec: ExecutionSpec) -> None:
-    """Flower's ClientApp runtime for one claimed task (ends with Flower's SystemExit)."""
-    flwr_run_clientapp.run_clientapp(
-        runtime_api_address=spec.runtime_api_address,
-        token=spec.token,
-        insecure=spec.insecure,
-        certificates=None,
-        parent_pid=spec.parent_pid,
-        runtime_dependency_install=False,
-    )
-
-
-def install_fab_cache() -> None:
-    """Install (and byte-compile) each FAB once per FLWR_HOME and hash; ClientApps reuse it.
-
-    Flower unzips and re-verifies the FAB for every message, and two ClientApps installing
-    the same FAB at once can see a half-copied directory. A lock and a marker written after
-    a complete install fix both.
-    """
-    install = flwr_install.install_from_fab
-
-    def cached(fab_file: Path | bytes, install_dir: Path | None = None, **kwargs: object) -> Path:
-        content = fab_file if isinstance(fab_file, bytes) else Path(fab_file).read_bytes()
-        marker = (
-            (install_dir or get_flwr_home())
-            / "apps"
-            / (f".installed-{hashlib.sha256(content).hexdigest()}")
-        )
-        if (path := _installed(marker)) is not None:
-            return path
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(marker.with_suffix(".lock")):
-            if (path := _installed(marker)) is not None:
-                return path
-            path = install(fab_file, install_dir, **kwargs)
-            # Bytecode once here, so ClientApps load it (even with PYTHONDONTWRITEBYTECODE set).
-            compileall.compile_dir(str(path), quiet=1)
-            tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(str(path))
-            os.replace(tmp, marker)
-            return path
-
-    flwr_run_clientapp.install_from_fab = cached
-
-
-def _installed(marker: Path) -> Path | None:
-    with contextlib.suppress(OSError):
-        path = Path(marker.read_text())
-        if path.is_dir():
-            return path
-    return None
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ----- the simulation engine ------------------------------------------------------------------

@@ -123,7 +123,9 @@ class _Federation:
 
     def _start_processes(self, paths: RunPaths) -> int:
         h, procs, env = self.runtime.host, self.procs, self.env
-        # One ClientApp launcher for every node: torch is imported once, not once per node
+        fleet, control, appio = free_port(h), free_port(h), free_port(h)
+        # One launcher for every node's ClientApps and the run's ServerApp: torch is imported
+        # once, not once per process
         env[SOCKET_ENV] = str(self.flwr_home / "launcher.sock")
         procs.start(
             "clientapp launcher",
@@ -135,12 +137,13 @@ class _Federation:
                 env[SOCKET_ENV],
                 "--parent-pid",
                 str(os.getpid()),
+                "--serverapp-api-address",
+                f"{h}:{appio}",
             ],
             paths.logs / "launcher.log",
             env,
             plain=True,
         )
-        fleet, control, appio = free_port(h), free_port(h), free_port(h)
         procs.start(
             "superlink",
             [
@@ -155,6 +158,8 @@ class _Federation:
                 "--port",
                 str(appio),
                 "--disable-runtime-dependency-installation",
+                "--isolation",
+                "process",  # the launcher starts the ServerApp, not Flower's SuperExec
             ],
             paths.logs / "superlink.log",
             env,

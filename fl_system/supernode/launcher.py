@@ -14,7 +14,11 @@ its node's pid, and a child killed by a signal gets its node's error reply at on
 (`TaskClaimer.report_killed`) instead of after the task's token expires (~60 s).
 
     python -m fl_system.supernode.launcher --runtime-api-address HOST:PORT --wake-fd FD --node-pid P
-    python -m fl_system.supernode.launcher --socket PATH --parent-pid P
+    python -m fl_system.supernode.launcher --socket PATH --parent-pid P [--serverapp-api-address A]
+
+A shared launcher given the SuperLink's Runtime API (`--serverapp-api-address`, with the
+SuperLink in `--isolation process`) also forks the run's ServerApp, instead of Flower's
+SuperExec starting a fresh `flwr-serverapp` interpreter that imports torch again.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from fl_system.launch.processes import alive
 if TYPE_CHECKING:
     from flwr.supercore.superexec.executor import ExecutionSpec
 
-    from fl_system.flwr_hooks import TaskClaimer
+    from fl_system.flwr_tasks import TaskClaimer
 
 # Third-party modules every ClientApp of this project imports (torch._dynamo comes with the
 # first optimiser). Never our own packages: a child must import those from the run's FAB.
@@ -54,11 +58,13 @@ PRELOAD = (
     "tqdm",
     "flwr.app",
     "flwr.clientapp",
+    "flwr.serverapp",
 )
 # The app's own packages: the launcher imports fl_system for its hooks, and a child drops them
 # so that the ClientApp imports the FAB's copy, exactly as a fresh flwr-clientapp would.
 APP_PACKAGES = ("fl_system", "client_app", "server_app")
 FALLBACK_POLL_SECONDS = 1.0  # look for tasks even without a wake-up (e.g. one sent at start-up)
+SERVER_POLL_SECONDS = 0.2  # the SuperLink's ServerApp tasks: Flower's SuperExec polls as often
 SOCKET_ENV = "FL_LAUNCHER_SOCKET"  # set for fl-supernode: wake this shared launcher
 
 
@@ -74,37 +80,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--node-pid", type=int, help="the one node: exit when it is gone")
     parser.add_argument("--socket", help="serve every node that wakes this UNIX socket")
     parser.add_argument("--parent-pid", type=int, help="with --socket: exit when it is gone")
+    parser.add_argument(
+        "--serverapp-api-address", help="with --socket: also launch this SuperLink's ServerApps"
+    )
     args = parser.parse_args(argv)
     one = (args.runtime_api_address, args.wake_fd, args.node_pid)
-    if args.socket is None and None in one:
+    if args.socket is None and (None in one or args.serverapp_api_address):
         parser.error("give --runtime-api-address, --wake-fd and --node-pid, or --socket")
     if args.socket is not None and (args.parent_pid is None or any(v is not None for v in one)):
-        parser.error("--socket takes --parent-pid and nothing else")
+        parser.error("--socket takes --parent-pid (and --serverapp-api-address) only")
     return args
 
 
 @dataclass
 class _Node:
-    """A SuperNode served: where to claim its tasks, and where its children write."""
+    """A SuperNode served (or the SuperLink, for ServerApps): where to claim its tasks, and
+    where its children write."""
 
     address: str
     pid: int
     claimer: TaskClaimer
     out: int = 2  # the node's own stderr when shared (its log), else the launcher's
+    serverapp: bool = False  # the SuperLink's ServerApp tasks, not a SuperNode's
 
 
 class Launcher:
     """Claims tasks and forks children; reaps them and reports those that died abnormally."""
 
     def __init__(self, wake_fd: int, watched_pid: int, *, shared: bool) -> None:
-        from fl_system import flwr_hooks
+        from fl_system import flwr_tasks
 
-        self.hooks = flwr_hooks
+        self.hooks = flwr_tasks
         self.wake_fd = wake_fd  # the node's pipe, or the shared socket
         self.watched_pid = watched_pid  # exit once it is gone (the node, or fl-run)
         self.shared = shared
         self.nodes: dict[str, _Node] = {}
+        self.server: _Node | None = None  # polled often: nothing wakes the launcher for it
         self.children: dict[int, tuple[_Node, ExecutionSpec, float]] = {}
+        self.nodes_polled = time.monotonic()
         self.signal_r, signal_w = os.pipe()
         os.set_blocking(signal_w, False)
         signal.set_wakeup_fd(signal_w)
@@ -122,6 +135,14 @@ class Launcher:
         self.nodes[address] = node
         return node
 
+    def add_server(self, address: str) -> None:
+        """Also launch the ServerApps of the SuperLink whose Runtime API is `address` (its
+        children watch this launcher's watched pid: fl-run)."""
+        self.server = _Node(
+            address, self.watched_pid, self.hooks.TaskClaimer(address, serverapp=True),
+            serverapp=True,
+        )  # fmt: skip
+
     def serve(self) -> None:
         try:
             while (woken := self._wait_for_news()) is not None:
@@ -130,20 +151,24 @@ class Launcher:
                     for spec in node.claimer.claim_pending():
                         self._fork(node, spec)
         finally:
-            for node in list(self.nodes.values()):
+            for node in [*self.nodes.values(), *([self.server] if self.server else [])]:
                 self._forget(node)
             self._reap()
 
     def _wait_for_news(self) -> list[_Node] | None:
         """Block until a wake-up, a child's exit or the fallback poll; the nodes to claim
         from (all of them after the fallback wait), or None once it is time to stop."""
-        ready, _, _ = select.select([self.wake_fd, self.signal_r], [], [], FALLBACK_POLL_SECONDS)
-        named: set[str] | None = None if not ready else set()
+        wait = SERVER_POLL_SECONDS if self.server else FALLBACK_POLL_SECONDS
+        ready, _, _ = select.select([self.wake_fd, self.signal_r], [], [], wait)
+        now = time.monotonic()
+        fallback = now - self.nodes_polled >= FALLBACK_POLL_SECONDS
+        named: set[str] | None = None if fallback else set()
         if self.signal_r in ready:
             os.read(self.signal_r, 4096)
         if self.wake_fd in ready:
             if self.shared:
-                named = self._read_datagrams()
+                said = self._read_datagrams()  # registers new nodes in any case
+                named = None if named is None else said
             elif not os.read(self.wake_fd, 4096):
                 return None  # the SuperNode closed its end: it is gone
             else:
@@ -153,7 +178,10 @@ class Launcher:
         for node in [n for n in self.nodes.values() if not alive(n.pid)]:
             del self.nodes[node.address]
             self._forget(node)
-        return [n for n in self.nodes.values() if named is None or n.address in named]
+        if named is None:
+            self.nodes_polled = now
+        woken = [n for n in self.nodes.values() if named is None or n.address in named]
+        return woken + ([self.server] if self.server else [])
 
     def _read_datagrams(self) -> set[str]:
         """Nodes that said "<pid> <address>" since the last look (new ones are added)."""
@@ -199,7 +227,12 @@ class Launcher:
                 f"ClientApp task {spec.task_id} (pid {pid}) ended after "
                 f"{time.monotonic() - start:.2f} s"
             )
-            if os.WIFSIGNALED(status):
+            if os.WIFSIGNALED(status) and node.serverapp:
+                say(
+                    f"ERROR: ServerApp task {spec.task_id} (pid {pid}) ended with "
+                    + _describe(status)
+                )
+            elif os.WIFSIGNALED(status):
                 reported = self.hooks.report_killed(spec, _describe(status))
                 then = (
                     "its node sends the server an error reply now"
@@ -233,8 +266,10 @@ def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> None:
             os.close(fd)
         for name in [m for m in sys.modules if m.split(".")[0] in APP_PACKAGES]:
             del sys.modules[name]
-        # Flower's runtime exits when this pid is gone: the node, not the launcher
-        launcher.hooks.run_clientapp(dataclasses.replace(spec, parent_pid=node.pid))
+        # Flower's runtime exits when this pid is gone: the node (fl-run for a ServerApp)
+        spec = dataclasses.replace(spec, parent_pid=node.pid)
+        run = launcher.hooks.run_serverapp if node.serverapp else launcher.hooks.run_clientapp
+        run(spec)
         code = 0
     except SystemExit as done:  # Flower's runtime ends with flwr_exit
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
@@ -278,12 +313,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         wake_fd = bind_socket(args.socket) if args.socket else args.wake_fd
         seconds = preload()
-        from fl_system import flwr_hooks
+        from fl_system import flwr_hooks, flwr_tasks
 
         flwr_hooks.check()
-        flwr_hooks.install_fab_cache()
+        flwr_tasks.install_fab_cache()
         if args.socket:
             launcher = Launcher(wake_fd, args.parent_pid, shared=True)
+            if args.serverapp_api_address:
+                launcher.add_server(args.serverapp_api_address)
         else:
             launcher = Launcher(wake_fd, args.node_pid, shared=False)
             launcher.add_node(args.runtime_api_address, args.node_pid)

@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flower_args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     try:
-        from fl_system import flwr_hooks
+        from fl_system import flwr_hooks, flwr_tasks
 
         flwr_hooks.check()
         schedule = PollSchedule.from_env()
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shared = os.environ.get(SOCKET_ENV)
     watch = SharedLauncher(shared, address) if shared else LauncherWatch(address)
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify)
-    flwr_hooks.reply_at_once_when_killed()
+    flwr_tasks.reply_at_once_when_killed()
     code: int | str | None = 0
     try:
         flwr_hooks.run_supernode([*flower_args, "--isolation", flwr_hooks.ISOLATION])

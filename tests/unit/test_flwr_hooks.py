@@ -20,7 +20,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.runtime import RuntimeHttpClient
 
-from fl_system import flwr_hooks
+from fl_system import flwr_hooks, flwr_tasks
 from fl_system.flwr_hooks import FlwrInternalsChanged
 from fl_system.supernode.node import runtime_api_address
 from fl_system.supernode.polling import PollSchedule
@@ -107,7 +107,7 @@ def test_a_changed_execution_spec_is_named(monkeypatch: pytest.MonkeyPatch) -> N
         runtime_api_address: str
         token: str
 
-    monkeypatch.setattr(flwr_hooks, "ExecutionSpec", ExecutionSpec)
+    monkeypatch.setattr(flwr_tasks, "ExecutionSpec", ExecutionSpec)
     with pytest.raises(FlwrInternalsChanged, match="ExecutionSpec changed its fields"):
         flwr_hooks.check()
 
@@ -211,7 +211,7 @@ def test_a_fab_is_installed_once_per_hash(monkeypatch: pytest.MonkeyPatch, tmp_p
 
     monkeypatch.setattr(flwr_install, "install_from_fab", install)
     monkeypatch.setattr(flwr_run_clientapp, "install_from_fab", flwr_run_clientapp.install_from_fab)
-    flwr_hooks.install_fab_cache()
+    flwr_tasks.install_fab_cache()
 
     first = flwr_run_clientapp.install_from_fab(b"fab one", tmp_path)
     again = flwr_run_clientapp.install_from_fab(b"fab one", tmp_path)
@@ -369,3 +369,28 @@ def test_a_reply_whose_sender_died_mid_upload_is_given_up_not_waited_for(
         object_ids=["b", "live-root"], pull_object_fn=uploaded_on_the_third_try
     )
     assert got == {"b": b"b", "live-root": b"live-root"} and 8 in asked
+
+
+def test_a_killed_clientapp_report_without_the_node_state_hook_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The launcher's at-once error reply rides on the node state's own error replies."""
+    from flwr.supernode.nodestate import InMemoryNodeState
+
+    def store_error_replies(self: object, run_ids: set[int]) -> None:
+        """Replies nothing: what a changed flwr might do."""
+
+    monkeypatch.setattr(InMemoryNodeState, "_store_error_replies", store_error_replies)
+    with pytest.raises(FlwrInternalsChanged, match="no longer replies CLIENT_APP_CRASHED"):
+        flwr_hooks.check()
+
+
+def test_a_serverapp_runtime_without_a_parent_watch_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def run_serverapp(runtime_api_address: str, log_queue: object, token: str) -> None:
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(flwr_tasks, "flwr_run_serverapp", run_serverapp)
+    with pytest.raises(FlwrInternalsChanged, match=r"run_serverapp lacks parameters \['certif"):
+        flwr_hooks.check()

@@ -1,0 +1,42 @@
+"""The ClientApp launcher's two ways to run: one node's (a pipe), or every local node's."""
+
+from __future__ import annotations
+
+import pytest
+
+from fl_system.supernode.launcher import parse_args
+
+
+def test_one_node_takes_its_address_pipe_and_pid() -> None:
+    args = parse_args(
+        ["--runtime-api-address", "127.0.0.1:9094", "--wake-fd", "5", "--node-pid", "7"]
+    )
+    assert (args.runtime_api_address, args.wake_fd, args.node_pid) == ("127.0.0.1:9094", 5, 7)
+    assert args.socket is None
+
+
+def test_a_shared_launcher_takes_its_socket_parent_and_superlink() -> None:
+    args = parse_args(
+        ["--socket", "/tmp/l.sock", "--parent-pid", "9", "--serverapp-api-address", "h:1"]
+    )
+    assert (args.socket, args.parent_pid, args.serverapp_api_address) == ("/tmp/l.sock", 9, "h:1")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],  # neither way
+        ["--runtime-api-address", "a:1", "--wake-fd", "5"],  # no node pid
+        ["--socket", "/tmp/l.sock"],  # no parent pid
+        ["--socket", "/tmp/l.sock", "--parent-pid", "9", "--wake-fd", "5"],  # both ways
+        ["--runtime-api-address", "a:1", "--wake-fd", "5", "--node-pid", "7",
+         "--serverapp-api-address", "h:1"],  # ServerApps only for the shared launcher
+    ],
+)  # fmt: skip
+def test_a_mixed_or_partial_command_line_is_refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(argv)
+    assert stopped.value.code == 2
+    assert "--socket" in capsys.readouterr().err
