@@ -9,10 +9,10 @@ import numpy as np
 from flwr.app import Context
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system.cache_root import default_cache_root
 from fl_system.data.corruption import corrupt
 from fl_system.data.local_split import stratified_split
 from fl_system.data.node_dir import load_node_dir
-from fl_system.cache_root import default_cache_root
 from fl_system.data.partition_cache import cached_partition
 from fl_system.seeding import derive_seed
 from fl_system.state_root import default_state_root
