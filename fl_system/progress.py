@@ -93,10 +93,11 @@ def follow_run(
     procs: ProcessGroup,
     *,
     since: int,
+    end_at_done: bool = True,
     poll: float = 0.2,
 ) -> None:
-    """Wait for `main` (the process whose end is the run's end) or the ServerApp's last
-    line, showing progress.
+    """Wait for `main` (the process whose end is the run's end) or, with `end_at_done`, the
+    ServerApp's last line, showing progress.
 
     A restartable process that exits (a killed SuperNode) is started again and the run goes
     on; any other process of the group dying early (the SuperLink, a SuperNode that keeps
@@ -106,9 +107,10 @@ def follow_run(
     """
     bar = ProgressBar(cfg, paths, since)
     try:
-        # The ServerApp's last line ends the wait: what comes after it (Flower's own
-        # shutdown, `flwr run` noticing the run ended) adds seconds and writes nothing.
-        while main.poll() is None and not bar.log.done:
+        # The ServerApp's last line ends the wait (`end_at_done`): what comes after it
+        # (Flower's own shutdown, `flwr run` noticing the run ended) adds seconds and writes
+        # nothing. The simulation engine instead ends by itself, shutting Ray down cleanly.
+        while main.poll() is None and not (end_at_done and bar.log.done):
             bar.poll()
             procs.watch()
             for name, code in procs.restart_exited():

@@ -57,7 +57,7 @@ class SimulationRuntime:
             try:
                 since = log_end(paths)
                 engine = procs.start("simulation", cmd, server_log(paths), env, plain=True)
-                follow_run(cfg, paths, engine, procs, since=since)
+                follow_run(cfg, paths, engine, procs, since=since, end_at_done=False)
                 discard_finished(cfg)  # only a completed run gets here
             finally:
                 procs.stop()

@@ -159,3 +159,23 @@ def test_lines_of_an_earlier_run_in_the_same_log_are_not_this_runs(tmp_path: Pat
     finally:
         procs.stop()
     assert json.loads(paths.summary.read_text()) == summary
+
+
+def test_without_end_at_done_the_wait_is_for_the_process(tmp_path: Path) -> None:
+    """The simulation engine shuts Ray down after the last line: it is waited for."""
+    summary = {"final_accuracy": 0.75, "best_accuracy": 0.8, "rounds": 1}
+    lines = [run_log.summary_line(summary), run_log.done_line(summary, tmp_path / "run")]
+    script = "".join(f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines)
+    paths = RunPaths(tmp_path / "run")
+    procs = ProcessGroup()
+    try:
+        main = procs.start(
+            "engine",
+            [sys.executable, "-c", script + "import time; time.sleep(1)"],
+            server_log(paths),
+            tool_env(),
+        )
+        follow_run(CFG, paths, main, procs, since=0, end_at_done=False, poll=0.05)
+        assert main.poll() == 0
+    finally:
+        procs.stop()
