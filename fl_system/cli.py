@@ -86,9 +86,9 @@ def run_experiment(cfg: DictConfig) -> dict:
     return summary
 
 
-def _fresh(root: Path) -> bool:
-    """Nothing in the run directory but what Hydra put there for this run."""
-    return not root.is_dir() or not {p.name for p in root.iterdir()} - {".hydra"}
+def _fresh(root: Path, ours: frozenset[str] = frozenset({".hydra"})) -> bool:
+    """Nothing in the run directory but `ours` (by default what Hydra put there for it)."""
+    return not root.is_dir() or not {p.name for p in root.iterdir()} - ours
 
 
 def _stop_unused(early: StartsEarly | None, root: Path) -> None:
@@ -96,11 +96,11 @@ def _stop_unused(early: StartsEarly | None, root: Path) -> None:
     `.hydra` in it) before any check ran, and a runtime started early wrote its logs there.
     Stop that runtime and remove the directory if that is all it holds, and the parents
     Hydra made for it (outputs/<date>) while they are empty and inside the working folder."""
-    ours = {".hydra"}
+    ours = frozenset({".hydra"})
     if early is not None:
         early.stop()
-        ours.add("logs")  # the directory was fresh: these logs are this run's
-    if not root.is_dir() or {p.name for p in root.iterdir()} - ours:
+        ours |= {"logs"}  # the directory was fresh: these logs are this run's
+    if not root.is_dir() or not _fresh(root, ours):
         return
     shutil.rmtree(root)
     here = Path.cwd().resolve()

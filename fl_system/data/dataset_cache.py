@@ -26,11 +26,11 @@ _CACHE_VERSION = 1
 Arrays = dict[str, np.ndarray]
 
 
-def cache_file(identity: dict, root: Path | None = None) -> Path:
+def cache_file(identity: dict) -> Path:
     """Where the arrays with this identity live."""
     spec = json.dumps({"version": _CACHE_VERSION, **identity}, sort_keys=True)
     key = hashlib.sha256(spec.encode()).hexdigest()[:20]
-    return (root or default_cache_root()) / "arrays" / f"{key}.npz"
+    return default_cache_root() / "arrays" / f"{key}.npz"
 
 
 def cached_arrays(identity: dict, build: Callable[[], Arrays]) -> Arrays:

@@ -117,11 +117,11 @@ class _Federation:
 
     def _start(self, paths: RunPaths) -> None:
         try:
-            self._control = self._start_processes(paths)
+            self._start_processes(paths)
         except BaseException as err:  # raised in the caller's thread by ready()
             self._error = err
 
-    def _start_processes(self, paths: RunPaths) -> int:
+    def _start_processes(self, paths: RunPaths) -> None:
         h, procs, env = self.runtime.host, self.procs, self.env
         fleet, control, appio = free_port(h), free_port(h), free_port(h)
         # One launcher for every node's ClientApps and the run's ServerApp: torch is imported
@@ -167,8 +167,7 @@ class _Federation:
         )
         self._wait_ports([fleet, control], paths.logs / "superlink.log")
         startup.mark("SuperLink ready")
-        self._fleet = fleet
-        return control
+        self._fleet, self._control = fleet, control
 
     def start_nodes(self, cfg: DictConfig, paths: RunPaths) -> None:
         """The SuperNodes, once the data checks passed (a config error starts none; the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,26 +21,43 @@ from fl_system.run_dir import RunPaths
 CFG = OmegaConf.create({"num_rounds": 2, "algorithm": {"name": "x"}, "dataset": {"name": "y"}})
 
 
-def _follow(tmp_path: Path, lines: list[str]) -> RunPaths:
-    """A stand-in ServerApp that only prints `lines`, as `flwr run --stream` would relay."""
+def _follow(
+    tmp_path: Path,
+    lines: list[str],
+    *,
+    before: str = "",
+    after: str = "",
+    earlier: Sequence[str] = (),
+    end_at_done: bool = True,
+) -> tuple[RunPaths, int | None]:
+    """A stand-in ServerApp that prints `lines` (as `flwr run --stream` would relay), with
+    Python code `before` and `after` them, into a log that already holds an earlier run's
+    `earlier` lines; the run directory, and the stand-in's exit code when the wait ended
+    (None: still running)."""
     paths = RunPaths(tmp_path / "run")
-    script = "".join(f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    server_log(paths).write_text("".join(run_log.PREFIX + line + "\n" for line in earlier))
+    since = log_end(paths)
+    script = before + "".join(
+        f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines
+    )
     procs = ProcessGroup()
     try:
         main = procs.start(
-            "serverapp", [sys.executable, "-c", script], paths.logs / "serverapp.log", tool_env()
+            "serverapp", [sys.executable, "-c", script + after], server_log(paths), tool_env()
         )
-        follow_run(CFG, paths, main, procs, since=0, poll=0.05)
+        follow_run(CFG, paths, main, procs, since=since, end_at_done=end_at_done, poll=0.05)
+        code = main.poll()
     finally:
-        procs.stop()
-    return paths
+        procs.stop(grace=0.0)
+    return paths, code
 
 
 def test_a_summary_known_only_from_the_log_lands_in_the_local_run_directory(
     tmp_path: Path,
 ) -> None:
     summary = {"final_accuracy": 0.75, "best_accuracy": 0.8, "rounds": 2}
-    paths = _follow(
+    paths, _ = _follow(
         tmp_path,
         [
             run_log.round_line(1, 2, 0.8, 1.0, 1.0, 1.0),
@@ -107,22 +125,10 @@ def test_the_serverapps_last_line_ends_the_wait_without_its_process_ending(
         run_log.summary_line(summary),
         run_log.done_line(summary, tmp_path / "run"),
     ]
-    script = "".join(f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines)
-    paths = RunPaths(tmp_path / "run")
-    procs = ProcessGroup()
-    try:
-        main = procs.start(
-            "serverapp",
-            [sys.executable, "-c", script + "import time; time.sleep(60)"],
-            paths.logs / "serverapp.log",
-            tool_env(),
-        )
-        started = time.monotonic()
-        follow_run(CFG, paths, main, procs, since=0, poll=0.05)
-        waited = time.monotonic() - started
-        assert main.poll() is None  # still running: the wait ended on the line
-    finally:
-        procs.stop(grace=0.0)
+    started = time.monotonic()
+    paths, code = _follow(tmp_path, lines, after="import time; time.sleep(60)")
+    waited = time.monotonic() - started
+    assert code is None  # still running: the wait ended on the line
     assert waited < 30
     assert json.loads(paths.summary.read_text()) == summary
 
@@ -130,34 +136,19 @@ def test_the_serverapps_last_line_ends_the_wait_without_its_process_ending(
 def test_lines_of_an_earlier_run_in_the_same_log_are_not_this_runs(tmp_path: Path) -> None:
     """A resumed run appends to the log of the runs before it: their "failed:" and "done:"
     lines must neither end this run's wait nor become its result."""
-    paths = RunPaths(tmp_path / "run")
     earlier = {"final_accuracy": 0.5, "best_accuracy": 0.5, "rounds": 1}
-    paths.logs.mkdir(parents=True)
-    server_log(paths).write_text(
-        "".join(
-            run_log.PREFIX + line + "\n"
-            for line in (
-                run_log.failed_line("round 2: no replies"),
-                run_log.summary_line(earlier),
-                run_log.done_line(earlier, paths.root),
-            )
-        )
-    )
-    since = log_end(paths)
     summary = {"final_accuracy": 0.75, "best_accuracy": 0.8, "rounds": 2}
-    lines = [run_log.round_line(2, 2, 0.75, 0.9, 1.0, 2.0), run_log.summary_line(summary)]
-    script = "import time; time.sleep(1)\n" + "".join(
-        f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines
+    paths, code = _follow(
+        tmp_path,
+        [run_log.round_line(2, 2, 0.75, 0.9, 1.0, 2.0), run_log.summary_line(summary)],
+        before="import time; time.sleep(1)\n",
+        earlier=[
+            run_log.failed_line("round 2: no replies"),
+            run_log.summary_line(earlier),
+            run_log.done_line(earlier, tmp_path / "run"),
+        ],
     )
-    procs = ProcessGroup()
-    try:
-        main = procs.start(
-            "serverapp", [sys.executable, "-c", script], server_log(paths), tool_env()
-        )
-        follow_run(CFG, paths, main, procs, since=since, poll=0.05)
-        assert main.poll() is not None  # waited for this run, not ended by the old "done:"
-    finally:
-        procs.stop()
+    assert code is not None  # waited for this run, not ended by the old "done:"
     assert json.loads(paths.summary.read_text()) == summary
 
 
@@ -165,17 +156,5 @@ def test_without_end_at_done_the_wait_is_for_the_process(tmp_path: Path) -> None
     """The simulation engine shuts Ray down after the last line: it is waited for."""
     summary = {"final_accuracy": 0.75, "best_accuracy": 0.8, "rounds": 1}
     lines = [run_log.summary_line(summary), run_log.done_line(summary, tmp_path / "run")]
-    script = "".join(f"print({json.dumps(run_log.PREFIX + line)}, flush=True)\n" for line in lines)
-    paths = RunPaths(tmp_path / "run")
-    procs = ProcessGroup()
-    try:
-        main = procs.start(
-            "engine",
-            [sys.executable, "-c", script + "import time; time.sleep(1)"],
-            server_log(paths),
-            tool_env(),
-        )
-        follow_run(CFG, paths, main, procs, since=0, end_at_done=False, poll=0.05)
-        assert main.poll() == 0
-    finally:
-        procs.stop()
+    _, code = _follow(tmp_path, lines, after="import time; time.sleep(1)", end_at_done=False)
+    assert code == 0
