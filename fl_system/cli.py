@@ -18,7 +18,7 @@ from fl_system.checkpoint import CheckpointError
 from fl_system.compose import CONF_DIR, prepare
 from fl_system.data import DataError, PartitionError
 from fl_system.experiment import build, new_run_id
-from fl_system.launch import LaunchError, StartsEarly
+from fl_system.launch import LaunchError, StartsEarly, release_warm
 from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
 from fl_system.preflight import check_config, check_data
 from fl_system.run_dir import RunPaths
@@ -146,6 +146,8 @@ def main() -> None:
         name = "terminated" if isinstance(stop, Terminated) else "interrupted"
         print(f"fl-run: {name}; every process of the run was stopped", file=sys.stderr)
         sys.exit(143 if isinstance(stop, Terminated) else 130)
+    finally:
+        release_warm()  # a sweep's warm engine
     # Every file is written and every process of the run is gone: the interpreter's own
     # teardown (torch's exit hooks, finalising thousands of modules) would add about 1 s.
     sys.stdout.flush()

@@ -12,8 +12,9 @@ only *how fast* that happens:
   `flwr-clientapp` / `flwr-serverapp` interpreter, installs the FAB once per machine and
   hash, and answers for a killed ClientApp at once (`fl_system.flwr_tasks`, checked here too);
 - the simulation engine picks a message up when it is stored, not at its next 0.1 s sweep,
-  and loads the apps by their component references with the run config in the ServerApp's
-  context (`_run_simulation`, which `flwr run` uses; the public `run_simulation` takes neither);
+  may run its ClientApps on forked workers instead of Ray (`simulation_backend`), and
+  loads the apps by their component references with the run config in the ServerApp's context
+  (`_run_simulation`, which `flwr run` uses; the public `run_simulation` takes neither);
 - bytes on the wire are counted on Flower's own content-addressed objects;
 - a reply whose sender dies while uploading it is given up once the sender is offline, not
   after Flower's 180 s object-push session (which also blocked every other reply);
@@ -45,6 +46,7 @@ from flwr.common.constant import (
     HEARTBEAT_MAX_INTERVAL,
     ISOLATION_MODE_PROCESS,
 )
+from flwr.server.superlink.fleet.vce.backend import Backend
 from flwr.server.superlink.linkstate import LinkState
 from flwr.supercore.inflatable.inflatable_object import (
     get_all_nested_objects,
@@ -91,7 +93,8 @@ def check() -> None:
         problems.append("the simulation engine no longer picks messages up as it did")
     if "store_message_ins" not in inspect.getsource(InMemoryGrid.push_messages):
         problems.append("the simulation's grid no longer stores messages with store_message_ins")
-    problems += _heartbeat_problems() + _reply_pull_problems() + flwr_tasks.problems()
+    problems += _heartbeat_problems() + _reply_pull_problems() + _backend_problems()
+    problems += flwr_tasks.problems()
     if problems:
         raise FlwrInternalsChanged(
             "the installed flwr differs from the 1.36 internals fl_system relies on: "
@@ -265,6 +268,29 @@ def simulation_by_reference() -> Callable[..., object]:
             "the installed flwr's _run_simulation no longer takes " + ", ".join(sorted(loads))
         )
     return _run_simulation
+
+
+def simulation_backend(make: Callable[[], Backend]) -> None:
+    """Run the simulation's ClientApps on the backend `make` builds instead of Ray.
+
+    Flower's `start_vce` always builds a `RayBackend` (its `backend_name` is only checked),
+    in a local function that it hands to `run_api` as `backend_fn`: that argument is swapped.
+    """
+    run_api = flwr_simulation_engine.run_api
+
+    def run_api_on_our_backend(app_fn: Callable[..., object], _: object, *args: object) -> None:
+        run_api(app_fn, make, *args)
+
+    flwr_simulation_engine.run_api = run_api_on_our_backend
+
+
+def _backend_problems() -> list[str]:
+    params = list(inspect.signature(flwr_simulation_engine.run_api).parameters)
+    if params[:2] != ["app_fn", "backend_fn"]:
+        return ["the simulation engine's run_api no longer takes (app_fn, backend_fn, ...)"]
+    if "backend_fn,\n" not in inspect.getsource(flwr_simulation_engine.start_vce):
+        return ["start_vce no longer hands run_api its backend_fn"]
+    return []
 
 
 def simulation_pickup_on_store() -> None:

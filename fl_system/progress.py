@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 from omegaconf import DictConfig
 from tqdm import tqdm
@@ -31,6 +32,12 @@ def log_end(paths: RunPaths) -> int:
         return server_log(paths).stat().st_size
     except FileNotFoundError:
         return 0
+
+
+class Ends(Protocol):
+    """What a run's end is read from: a process, or a run on a warm engine."""
+
+    def poll(self) -> int | None: ...
 
 
 class ProgressBar:
@@ -89,7 +96,7 @@ class ProgressBar:
 def follow_run(
     cfg: DictConfig,
     paths: RunPaths,
-    main: subprocess.Popen,
+    main: Ends,
     procs: ProcessGroup,
     *,
     since: int,
@@ -122,7 +129,7 @@ def follow_run(
             if dead and dead[1] is not main:
                 raise _exited(dead, paths)
             time.sleep(poll)
-        if main.poll() is not None:
+        if main.poll() is not None and isinstance(main, subprocess.Popen):
             procs.drain(main)
     finally:
         bar.close()

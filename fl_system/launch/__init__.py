@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -23,3 +24,19 @@ class StartsEarly(Protocol):
     def start(self, cfg: DictConfig, paths: RunPaths) -> None: ...
 
     def stop(self) -> None: ...
+
+
+_warm: list[Callable[[], None]] = []
+
+
+def keep_warm(release: Callable[[], None]) -> None:
+    """A runtime kept processes warm for the next run of this fl-run (a `-m` sweep's next
+    member): `release` ends them when fl-run exits."""
+    if release not in _warm:
+        _warm.append(release)
+
+
+def release_warm() -> None:
+    """End whatever runtimes kept warm (fl-run is exiting, however it exits)."""
+    while _warm:
+        _warm.pop()()

@@ -89,11 +89,21 @@ class ProcessGroup:
         *,
         plain: bool = False,
         restart: bool = False,
+        pass_fds: tuple[int, ...] = (),
     ) -> subprocess.Popen:
         """Start `cmd` with its output in `log_path`. `plain` (the run directory's logs)
         copies it line by line without the colour codes Flower's logger always writes;
-        otherwise the process writes the file itself. `restart`: see `restart_exited`."""
-        return self._start(name, cmd, log_path, env, plain=plain, restarts=0 if restart else None)
+        otherwise the process writes the file itself. `restart`: see `restart_exited`.
+        `pass_fds`: descriptors the process inherits (a control socket)."""
+        return self._start(
+            name,
+            cmd,
+            log_path,
+            env,
+            plain=plain,
+            restarts=0 if restart else None,
+            pass_fds=pass_fds,
+        )
 
     def _start(
         self,
@@ -104,6 +114,7 @@ class ProcessGroup:
         *,
         plain: bool,
         restarts: int | None,
+        pass_fds: tuple[int, ...] = (),
     ) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")  # noqa: SIM115 - exists from now on; closed below or by the copier
@@ -114,6 +125,7 @@ class ProcessGroup:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         if plain:
             copier = threading.Thread(

@@ -1,115 +1,199 @@
-"""runtime=simulation: Flower's simulation engine (Ray), num_clients virtual SuperNodes.
+"""runtime=simulation: Flower's simulation engine, num_clients virtual SuperNodes.
 
-The engine runs in a child process of its own session, so Ray's many helper processes form
-one process group that is torn down as a whole on success, failure, Ctrl-C or SIGTERM.
+The engine (`simulation_engine`) runs in a child process of its own session, so everything it
+starts (forked ClientApp workers, or Ray's helpers) forms one process group that is torn down
+as a whole on failure, Ctrl-C or SIGTERM. It starts while fl-run checks the data, and after a
+completed run it stays warm for the next member of a `-m` sweep with the same engine settings;
+fl-run ends it when it exits (`fl_system.launch.release_warm`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
-import os
+import select
+import socket
+import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from fl_system.devices import THREADS_ENV
 from fl_system.experiment import config_to_json
+from fl_system.launch import keep_warm
 from fl_system.launch.client_state import discard_finished
-from fl_system.launch.components import app_dir, components
 from fl_system.launch.processes import ProcessGroup, tool_env
+from fl_system.launch.simulation_engine import BACKENDS
 from fl_system.progress import follow_run, log_end, server_log
 from fl_system.run_dir import RunPaths
 
-# Ray passes a call's arguments and results up to this size inline, beyond it through its
-# shared-memory object store, whose extra round trips cost ~4 ms per message for a 180 kB
-# model (Ray's threshold is 100 kiB, below one small CNN). Above a few MiB the store's
-# zero-copy pays off again.
-INLINE_OBJECT_BYTES = 8 * 1024 * 1024
+ENGINE_EXIT_SECONDS = 5.0  # an idle engine told to end gets this long before SIGKILL
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What an engine is started with: runs that agree on all of it can share one."""
+
+    client_cpus: float
+    client_gpus: float
+    torch_threads: int
+    backend: str
 
 
 class SimulationRuntime:
-    """Runs the same ServerApp and ClientApp in one process tree, clients in Ray workers."""
+    """Runs the ServerApp and the ClientApps in one engine process tree."""
 
     def __init__(
-        self, *, client_cpus: float = 1, client_gpus: float = 0.0, torch_threads: int = 1
+        self,
+        *,
+        client_cpus: float = 1,
+        client_gpus: float = 0.0,
+        torch_threads: int = 1,
+        backend: str = "process",
     ) -> None:
-        self.client_cpus = client_cpus
-        self.client_gpus = client_gpus
-        self.torch_threads = torch_threads
+        if backend not in BACKENDS:
+            raise ValueError(
+                f"runtime.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
+            )
+        if client_cpus <= 0:
+            raise ValueError(f"runtime.client_cpus must be > 0, got {client_cpus}")
+        self.settings = EngineSettings(
+            float(client_cpus), float(client_gpus), torch_threads, backend
+        )
+        self._engine: _Engine | None = None
+        self._since = 0
+
+    def start(self, cfg: DictConfig, paths: RunPaths) -> None:
+        """Take the warm engine of an earlier run, or start one (its imports overlap the data
+        checks)."""
+        self._since = log_end(paths)
+        self._engine = _take_warm(self.settings) or _Engine(self.settings, server_log(paths))
+
+    def stop(self) -> None:
+        if self._engine is not None:
+            self._engine.stop()
+            self._engine = None
 
     def run(self, cfg: DictConfig, paths: RunPaths) -> None:
-        procs = ProcessGroup()
-        with tempfile.TemporaryDirectory(prefix="fl-system-sim-") as tmp:
-            config_file = Path(tmp) / "config.json"
-            config_file.write_text(config_to_json(cfg))
-            cmd = [
-                sys.executable,
-                "-m",
-                __name__,
-                str(config_file),
-                str(self.client_cpus),
-                str(self.client_gpus),
-            ]
-            env = tool_env({THREADS_ENV: str(self.torch_threads), "RAY_DEDUP_LOGS": "0"})
-            try:
-                since = log_end(paths)
-                engine = procs.start("simulation", cmd, server_log(paths), env, plain=True)
-                follow_run(cfg, paths, engine, procs, since=since, end_at_done=False)
-                discard_finished(cfg)  # only a completed run gets here
-            finally:
-                procs.stop()
+        if self._engine is None:
+            self.start(cfg, paths)
+        engine, self._engine = self._engine, None
+        assert engine is not None
+        completed = False
+        run = None
+        try:
+            with tempfile.TemporaryDirectory(prefix="fl-system-sim-") as tmp:
+                config_file = Path(tmp) / "config.json"
+                config_file.write_text(config_to_json(cfg))
+                run = engine.submit(config_file, server_log(paths))
+                follow_run(cfg, paths, run, engine.procs, since=self._since, end_at_done=False)
+            completed = run.poll() == 0
+            discard_finished(cfg)  # only a completed run gets here
+        finally:
+            if completed:
+                _put_warm(engine)
+            else:  # an engine whose run failed exits by itself; one still running is stopped
+                engine.stop(wait=ENGINE_EXIT_SECONDS if run and run.poll() is not None else 0.0)
 
 
-def _simulate(config_json: str, client_cpus: float, client_gpus: float) -> None:
-    """The child process: one in-process ServerApp thread plus Ray client workers.
+class _Engine:
+    """One engine process, its process group and its control socket."""
 
-    Flower loads both apps by their component references, as `flwr run` does, and the
-    ServerApp reads the experiment from its run config like in every other runtime.
-    """
-    from flwr.app import Context, RecordDict
-    from flwr.supercore.telemetry import EventType
+    def __init__(self, settings: EngineSettings, log: Path) -> None:
+        self.settings = settings
+        self.procs = ProcessGroup()
+        ours, theirs = socket.socketpair()
+        cmd = [
+            sys.executable,
+            "-m",
+            "fl_system.launch.simulation_engine",
+            str(theirs.fileno()),
+            str(settings.client_cpus),
+            str(settings.client_gpus),
+            settings.backend,
+        ]
+        env = tool_env({THREADS_ENV: str(settings.torch_threads), "RAY_DEDUP_LOGS": "0"})
+        with theirs:
+            self.process = self.procs.start(
+                "simulation", cmd, log, env, pass_fds=(theirs.fileno(),)
+            )
+        self.control = ours
+        self._received = b""
 
-    from fl_system import flwr_hooks, protocol
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
-    flwr_hooks.check()
-    flwr_hooks.simulation_pickup_on_store()
-    run_by_reference = flwr_hooks.simulation_by_reference()
+    def submit(self, config_file: Path, log: Path) -> _EngineRun:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        request = {"config": str(config_file), "log": str(log)}
+        self.control.sendall(json.dumps(request).encode() + b"\n")
+        return _EngineRun(self)
 
-    logging.getLogger("flwr").setLevel(logging.INFO)
-    root = app_dir()
-    server_ref, client_ref = components(root)
-    context = Context(
-        run_id=0,
-        node_id=0,
-        node_config={},
-        state=RecordDict(),
-        run_config={protocol.RUN_CONFIG: config_json},
-    )
-    run_by_reference(
-        num_supernodes=int(json.loads(config_json)["num_clients"]),
-        exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
-        server_app_attr=server_ref,
-        client_app_attr=client_ref,
-        server_app_context=context,
-        app_dir=str(root),
-        backend_config={
-            "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
-            "init_args": {
-                "include_dashboard": False,
-                "_system_config": {"max_direct_call_object_size": INLINE_OBJECT_BYTES},
-            },
-        },
-    )
+    def reply(self) -> dict | None:
+        """The engine's answer to the run in progress, if it has come."""
+        while b"\n" not in self._received and select.select([self.control], [], [], 0)[0]:
+            data = self.control.recv(4096)
+            if not data:
+                break  # the engine exited: its exit code says how
+            self._received += data
+        if b"\n" not in self._received:
+            return None
+        line, self._received = self._received.split(b"\n", 1)
+        return json.loads(line)
+
+    def stop(self, wait: float = 0.0) -> None:
+        """Close the control socket (an idle engine then exits by itself), give it `wait`
+        seconds, then end its process group (SIGINT first: Ray shuts down cleanly on it)."""
+        self.control.close()
+        if wait:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=wait)
+            self.procs.stop(grace=0)
+        else:
+            self.procs.stop()
 
 
-if __name__ == "__main__":
-    _simulate(Path(sys.argv[1]).read_text(), float(sys.argv[2]), float(sys.argv[3]))
-    # The run directory is written and Flower has shut Ray down; the interpreter's own
-    # teardown (Ray's and torch's exit hooks) would add ~2 s to every run. The runtime stops
-    # this process group afterwards either way.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+class _EngineRun:
+    """One run on an engine: `poll()` is None while it goes on, then 0 (completed) or 1, or
+    the engine's exit code if the engine died."""
+
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+        self.code: int | None = None
+
+    def poll(self) -> int | None:
+        if self.code is None:
+            reply = self.engine.reply()
+            if reply is not None:
+                self.code = 0 if reply["ok"] else 1
+            elif (exited := self.engine.process.poll()) is not None:
+                self.code = exited or 1
+        return self.code
+
+
+_warm: dict[EngineSettings, _Engine] = {}
+
+
+def _take_warm(settings: EngineSettings) -> _Engine | None:
+    engine = _warm.pop(settings, None)
+    if engine is not None and not engine.alive():
+        engine.stop()
+        return None
+    return engine
+
+
+def _put_warm(engine: _Engine) -> None:
+    old = _warm.pop(engine.settings, None)
+    if old is not None:
+        old.stop(wait=ENGINE_EXIT_SECONDS)
+    _warm[engine.settings] = engine
+    keep_warm(_release_warm)
+
+
+def _release_warm() -> None:
+    """End every idle engine (fl-run is exiting)."""
+    while _warm:
+        _warm.popitem()[1].stop(wait=ENGINE_EXIT_SECONDS)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib
 import os
 import select
 import signal
@@ -39,29 +38,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fl_system.launch.processes import alive
+from fl_system.warm_imports import PRELOAD, preload
 
 if TYPE_CHECKING:
     from flwr.supercore.superexec.executor import ExecutionSpec
 
     from fl_system.flwr_tasks import TaskClaimer
 
-# Third-party modules every ClientApp of this project imports (torch._dynamo comes with the
-# first optimiser). Never our own packages: a child must import those from the run's FAB.
-PRELOAD = (
-    "torch",
-    "torch._dynamo",
-    "torch.optim",
-    "numpy",
-    "omegaconf",
-    "hydra.utils",
-    "yaml",
-    "tqdm",
-    "flwr.app",
-    "flwr.clientapp",
-    "flwr.serverapp",
-)
-# The app's own packages: the launcher imports fl_system for its hooks, and a child drops them
-# so that the ClientApp imports the FAB's copy, exactly as a fresh flwr-clientapp would.
+# The app's own packages (never preloaded): the launcher imports fl_system for its hooks, and a
+# child drops them so that the ClientApp imports the FAB's copy, as a fresh flwr-clientapp would.
 APP_PACKAGES = ("fl_system", "client_app", "server_app")
 FALLBACK_POLL_SECONDS = 1.0  # look for tasks even without a wake-up (e.g. one sent at start-up)
 SERVER_POLL_SECONDS = 0.2  # the SuperLink's ServerApp tasks: Flower's SuperExec polls as often
@@ -285,14 +270,6 @@ def _describe(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
     return f"exit code {os.WEXITSTATUS(status)}"
-
-
-def preload() -> float:
-    """Import what every ClientApp needs; returns the seconds it took."""
-    start = time.perf_counter()
-    for name in PRELOAD:
-        importlib.import_module(name)
-    return time.perf_counter() - start
 
 
 def bind_socket(path: str) -> int:

@@ -136,6 +136,30 @@ def test_a_simulation_grid_storing_otherwise_is_named(monkeypatch: pytest.Monkey
     assert "no longer stores messages with store_message_ins" in message
 
 
+def test_a_simulation_engine_taking_its_backend_otherwise_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """runtime.backend=process swaps run_api's backend_fn; a run_api without it must be seen."""
+
+    def run_api(app_fn: object, backend: object, nodes_mapping: object) -> None:
+        raise AssertionError("never called")
+
+    message = _changed(monkeypatch, "flwr.server.superlink.fleet.vce.vce_api.run_api", run_api)
+    assert "run_api no longer takes (app_fn, backend_fn, ...)" in message
+
+
+def test_the_simulation_backend_is_swapped_in_run_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
+    seen: list[object] = []
+    monkeypatch.setattr(
+        engine, "run_api", lambda app_fn, backend_fn, *rest: seen.append(backend_fn)
+    )
+    ours = object()
+    flwr_hooks.simulation_backend(lambda: ours)
+    engine.run_api("app", "flower's RayBackend factory", "nodes")
+    assert seen[0]() is ours
+
+
 def test_simulation_loads_apps_by_reference_on_the_pinned_flwr() -> None:
     flwr_hooks.simulation_by_reference()
 

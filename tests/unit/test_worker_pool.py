@@ -1,0 +1,149 @@
+"""The simulation's forked ClientApp workers, on a real ClientApp and real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.clientapp.client_app import ClientAppException
+
+from fl_system.launch.worker_pool import PoolBackend, WorkerPool, pool_size
+
+app = ClientApp()
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Doubles the arrays, counts its calls in the node's state, fails on request."""
+    if msg.content["config"]["fail"]:
+        raise ValueError("asked to fail")
+    os.write(1, f"trained in {os.getpid()}\n".encode())  # the process's output, as torch's
+    arrays = msg.content["arrays"].to_numpy_ndarrays()
+    calls = int(context.state.get("calls", MetricRecord({"n": 0}))["n"]) + 1
+    context.state["calls"] = MetricRecord({"n": calls})
+    reply = RecordDict(
+        {"arrays": ArrayRecord([2 * a for a in arrays]), "pid": MetricRecord({"pid": os.getpid()})}
+    )
+    return Message(reply, reply_to=msg)
+
+
+def _message(fail: bool = False) -> Message:
+    from flwr.app import ConfigRecord
+
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord([np.arange(6, dtype=np.float32).reshape(2, 3)]),
+            "config": ConfigRecord({"fail": fail}),
+        }
+    )
+    return Message(content, dst_node_id=7, message_type="train")
+
+
+def _context() -> Context:
+    return Context(
+        run_id=1, node_id=7, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
+    )
+
+
+@pytest.fixture
+def pool():
+    workers = WorkerPool(app, size=2)
+    yield workers
+    workers.close()
+
+
+def test_pool_size_packs_clients_as_ray_does() -> None:
+    assert pool_size(client_cpus=1, client_gpus=0, cpus=2, gpus=0) == 2
+    assert pool_size(client_cpus=0.5, client_gpus=0, cpus=2, gpus=0) == 4
+    assert pool_size(client_cpus=4, client_gpus=0, cpus=2, gpus=0) == 1  # at least one
+    assert pool_size(client_cpus=1, client_gpus=0.5, cpus=16, gpus=1) == 2
+    assert pool_size(client_cpus=1, client_gpus=1, cpus=16, gpus=3) == 3
+    with pytest.raises(ValueError, match=r"client_gpus=0\.5 but this machine has no CUDA GPU"):
+        pool_size(client_cpus=1, client_gpus=0.5, cpus=2, gpus=0)
+
+
+def test_a_worker_runs_the_clientapp_and_returns_its_context(pool: WorkerPool) -> None:
+    context = _context()
+    reply, context = pool.run(_message(), context)
+    np.testing.assert_array_equal(
+        reply.content["arrays"].to_numpy_ndarrays()[0], 2 * np.arange(6).reshape(2, 3)
+    )
+    assert reply.content["pid"]["pid"] != os.getpid()  # it ran in a worker
+    reply, context = pool.run(_message(), context)
+    assert context.state["calls"]["n"] == 2  # the node's state travels with its context
+
+
+def test_workers_run_messages_at_once(pool: WorkerPool) -> None:
+    pids: list[int] = []
+    gate = threading.Barrier(2)
+
+    def one() -> None:
+        gate.wait()
+        reply, _ = pool.run(_message(), _context())
+        pids.append(int(reply.content["pid"]["pid"]))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(pids) == 2 and pool.is_idle()
+
+
+def test_a_clientapp_that_raises_is_the_nodes_error_and_the_worker_goes_on(
+    pool: WorkerPool,
+) -> None:
+    with pytest.raises(ClientAppException, match="ValueError: asked to fail"):
+        pool.run(_message(fail=True), _context())
+    assert pool.alive == 2
+    reply, _ = pool.run(_message(), _context())
+    assert reply.has_content()
+
+
+def test_a_killed_worker_fails_its_message_and_the_others_go_on(pool: WorkerPool) -> None:
+    reply, _ = pool.run(_message(), _context())
+    victim = int(reply.content["pid"]["pid"])
+    os.kill(victim, signal.SIGKILL)
+    seen = set()
+    with pytest.raises(
+        ClientAppException, match=f"worker process {victim} died .killed by signal 9"
+    ):
+        for _ in range(4):  # the idle queue hands workers out in turn: the victim comes up
+            reply, _ = pool.run(_message(), _context())
+            seen.add(int(reply.content["pid"]["pid"]))
+    assert pool.alive == 1 and victim not in seen
+    reply, _ = pool.run(_message(), _context())
+    assert int(reply.content["pid"]["pid"]) != victim
+
+
+def test_each_run_writes_its_own_log(pool: WorkerPool, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    pool.redirect_output(first)
+    pool.run(_message(), _context())
+    pool.redirect_output(second)
+    reply, _ = pool.run(_message(), _context())
+    assert f"trained in {int(reply.content['pid']['pid'])}" in second.read_text()
+    assert first.read_text().count("trained in") == 1
+
+
+def test_close_ends_every_worker() -> None:
+    pool = WorkerPool(app, size=2)
+    pids = [int(pool.run(_message(), _context())[0].content["pid"]["pid"]) for _ in range(2)]
+    pool.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_the_backend_refuses_another_clientapp(pool: WorkerPool) -> None:
+    backend = PoolBackend(pool)
+    backend.build(lambda: app)
+    assert backend.num_workers == 2
+    with pytest.raises(ClientAppException, match="another ClientApp"):
+        backend.build(lambda: ClientApp())
