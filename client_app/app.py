@@ -39,15 +39,10 @@ from client_app.state import ClientState
 from client_app.trainer import TrainSettings, batches, train_locally
 from fl_system import protocol, wire
 from fl_system.compression import Compression
+from fl_system.config_nodes import build, config_from_json
 from fl_system.devices import apply_thread_limit, resolve_device
 from fl_system.evaluation import evaluate
-from fl_system.experiment import (
-    build,
-    build_client_addons,
-    build_compression,
-    build_model,
-    config_from_json,
-)
+from fl_system.experiment import build_client_addons, build_compression, build_model
 from fl_system.freeloaders import freeload
 from fl_system.malicious import tamper
 from fl_system.seeding import derive_seed

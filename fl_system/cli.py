@@ -16,13 +16,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from fl_system import startup
 from fl_system.checkpoint import CheckpointError
 from fl_system.compose import CONF_DIR, prepare
+from fl_system.config_nodes import build, new_run_id
 from fl_system.data import DataError, PartitionError
-from fl_system.experiment import build, new_run_id
 from fl_system.launch import LaunchError, StartsEarly, release_warm
 from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
-from fl_system.preflight import check_config, check_data
 from fl_system.run_dir import RunPaths
-from fl_system.validation import ConfigError
+from fl_system.validation import ConfigError, check_values
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -46,12 +45,17 @@ def run_experiment(cfg: DictConfig) -> dict:
     prepare(cfg, new_run_id())  # preflight puts the checkpoint's run id back when resuming
     early = None
     try:
-        check_config(cfg)  # a bad value never starts a process
-        startup.mark("config checked")
+        check_values(cfg)  # a bad value never starts a process
         runtime = build(cfg.runtime)
         if isinstance(runtime, StartsEarly) and not cfg.resume and _fresh(paths.root):
-            early = runtime  # its processes start while the data is checked
+            early = runtime  # its processes start while the parts and the data are checked
             early.start(cfg, paths)
+        startup.mark("values checked")
+        # imported only now: torch comes with it (~1.3 s of CPU the runtime's start overlaps)
+        from fl_system.preflight import check_data, check_parts
+
+        check_parts(cfg)
+        startup.mark("config checked")
         check_data(cfg, paths)
     except (ConfigError, DataError, PartitionError, CheckpointError, LaunchError) as err:
         _stop_unused(early, paths.root)

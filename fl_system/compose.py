@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fl_system.experiment import new_run_id
+from fl_system.config_nodes import new_run_id
 from fl_system.overrides import (
     check_choices,
     check_keys,

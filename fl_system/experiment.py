@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import functools
 import json
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from fl_system.addons import mounted
 from fl_system.codecs import Dense
 from fl_system.compression import Compression
+from fl_system.config_nodes import build, config_from_json, config_to_json
 from fl_system.data import DatasetArrays
 from fl_system.data.dataset_cache import cached_arrays
 from fl_system.devices import resolve_device
@@ -45,28 +43,6 @@ RESUMABLE_CHANGES = frozenset(
         "run_dir",
     }
 )
-
-
-def new_run_id() -> str:
-    """A fresh id for a new run; its resumptions keep it (it is in the checkpointed config)."""
-    return uuid.uuid4().hex[:16]
-
-
-def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> Any:
-    """Instantiate a config group node; its descriptive `name` key is not an argument.
-
-    Errors are prefixed with `label`, else the node's name, else its target (unless they
-    already start with it).
-    """
-    params = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(params, dict)
-    name = params.pop("name", params.get("_target_"))
-    name = label or name
-    try:
-        return instantiate(params, **overrides, _convert_="all")
-    except InstantiationException as err:
-        cause = str(err.__cause__ or err)
-        raise ConfigError(cause if name and cause.startswith(name) else f"{name}: {cause}") from err
 
 
 def enabled_addons(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
@@ -129,22 +105,6 @@ def as_experiment(value: Experiment) -> DictConfig:
     if isinstance(value, DictConfig):
         return value
     return config_from_json(json.dumps(dict(value), sort_keys=True))
-
-
-def config_to_json(cfg: DictConfig) -> str:
-    """The resolved config as JSON: what travels to the ServerApp and the clients."""
-    return json.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True)
-
-
-@functools.lru_cache(maxsize=8)
-def config_from_json(text: str) -> DictConfig:
-    """Parsed once per process: a simulated client handles many messages of one run.
-
-    The result is shared between callers and read-only.
-    """
-    cfg = OmegaConf.create(json.loads(text))
-    OmegaConf.set_readonly(cfg, True)
-    return cfg
 
 
 @functools.lru_cache(maxsize=4)

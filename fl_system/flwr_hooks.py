@@ -27,27 +27,23 @@ simulation call it at start-up, and a unit test calls it so an flwr upgrade fail
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 import time
 from collections.abc import Callable, Iterable
 from queue import Queue
 from threading import Event
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import flwr.client.grpc_rere_client.connection as flwr_node_connection
-import flwr.server.superlink.fleet.message_handler.message_handler as flwr_fleet_handler
-import flwr.server.superlink.fleet.vce.vce_api as flwr_simulation_engine
 import flwr.supercore.heartbeat as flwr_heartbeat
-import flwr.superlink.grid.http_grid as flwr_http_grid
-import flwr.supernode.start_client_internal as flwr_supernode_loop
 from flwr.app import Message
 from flwr.common.constant import (
     HEARTBEAT_CALL_TIMEOUT,
     HEARTBEAT_MAX_INTERVAL,
     ISOLATION_MODE_PROCESS,
 )
-from flwr.server.superlink.fleet.vce.backend import Backend
-from flwr.server.superlink.linkstate import LinkState
 from flwr.supercore.inflatable.inflatable_object import (
     get_all_nested_objects,
     no_object_id_recompute,
@@ -58,11 +54,10 @@ from flwr.supercore.inflatable.inflatable_utils import (
 )
 from flwr.supercore.inflatable.inflatable_utils import pull_objects as flwr_pull_objects
 from flwr.supercore.runtime import RuntimeHttpClient
-from flwr.superlink.cli.flower_superlink import flower_superlink
-from flwr.superlink.grid import InMemoryGrid
-from flwr.supernode.cli.flower_supernode import flower_supernode
 
-from fl_system import flwr_tasks
+if TYPE_CHECKING:
+    from flwr.server.superlink.fleet.vce.backend import Backend
+    from flwr.server.superlink.linkstate import LinkState
 from fl_system.supernode.polling import PollSchedule
 
 ISOLATION = ISOLATION_MODE_PROCESS  # the SuperNode serves the Runtime API; we launch apps
@@ -77,7 +72,34 @@ class FlwrInternalsChanged(RuntimeError):
 
 def check() -> None:
     """Raise FlwrInternalsChanged naming everything that moved in the installed flwr."""
-    problems: list[str] = []
+    from fl_system import flwr_tasks
+
+    _raise_if(
+        _node_loop_problems()
+        + _simulation_problems()
+        + _heartbeat_problems()
+        + _reply_pull_problems()
+        + flwr_tasks.problems()
+    )
+
+
+def check_simulation() -> None:
+    """check() for the simulation engine alone: its process needs none of the rest (and
+    importing the node's and the SuperLink's modules to check them would cost ~1 s)."""
+    _raise_if(_simulation_problems())
+
+
+def _raise_if(problems: list[str]) -> None:
+    if problems:
+        raise FlwrInternalsChanged(
+            "the installed flwr differs from the 1.36 internals fl_system relies on: "
+            + "; ".join(problems)
+        )
+
+
+def _node_loop_problems() -> list[str]:
+    problems = []
+    flwr_supernode_loop = _supernode_loop()
     loop_source = inspect.getsource(flwr_supernode_loop.start_client_internal)
     push_source = inspect.getsource(flwr_supernode_loop._push_messages)
     if f"time.sleep({IDLE_PULL_SLEEP})" not in loop_source:
@@ -88,18 +110,19 @@ def check() -> None:
         problems.append("start_client_internal no longer imports the time module")
     if "_pull_and_store_message(" not in loop_source:
         problems.append("start_client_internal no longer calls _pull_and_store_message")
-    pickup = inspect.getsource(flwr_simulation_engine.add_messages_to_queue)
+    return problems
+
+
+def _simulation_problems() -> list[str]:
+    from flwr.superlink.grid import InMemoryGrid
+
+    problems = []
+    pickup = inspect.getsource(_simulation_engine().add_messages_to_queue)
     if f"f_stop.wait({SIMULATION_PICKUP})" not in pickup or "get_message_ins" not in pickup:
         problems.append("the simulation engine no longer picks messages up as it did")
     if "store_message_ins" not in inspect.getsource(InMemoryGrid.push_messages):
         problems.append("the simulation's grid no longer stores messages with store_message_ins")
-    problems += _heartbeat_problems() + _reply_pull_problems() + _backend_problems()
-    problems += flwr_tasks.problems()
-    if problems:
-        raise FlwrInternalsChanged(
-            "the installed flwr differs from the 1.36 internals fl_system relies on: "
-            + "; ".join(problems)
-        )
+    return problems + _backend_problems()
 
 
 # ----- the SuperNode process ------------------------------------------------------------------
@@ -124,6 +147,7 @@ class _NodeClock:
 def install_poll_schedule(schedule: PollSchedule, on_message: Callable[[], None]) -> None:
     """Make this process's SuperNode loop poll by `schedule` and call `on_message` per message."""
     clock = _NodeClock(schedule)
+    flwr_supernode_loop = _supernode_loop()
     pull = flwr_supernode_loop._pull_and_store_message
 
     def pull_and_store(*args: object, **kwargs: object) -> int | None:
@@ -139,6 +163,8 @@ def install_poll_schedule(schedule: PollSchedule, on_message: Callable[[], None]
 
 def run_supernode(flower_args: list[str]) -> None:
     """Flower's `flower-supernode` main in this process, with `flower_args` as its argv."""
+    from flwr.supernode.cli.flower_supernode import flower_supernode
+
     sys.argv = ["flower-supernode", *flower_args]
     flower_supernode()
 
@@ -147,8 +173,38 @@ def run_supernode(flower_args: list[str]) -> None:
 MIN_HEARTBEAT = 1.0  # seconds: the shortest heartbeat interval our SuperLink accepts
 
 
+def _supernode_loop() -> ModuleType:
+    """The SuperNode's main loop, imported when used (~0.8 s: Flower's node stack)."""
+    return importlib.import_module("flwr.supernode.start_client_internal")
+
+
+def _node_connection() -> ModuleType:
+    """The SuperNode's gRPC connection module, imported when used: it brings Flower's client
+    stack (~0.3 s), which the ServerApp and fl-run, importing this module, never need."""
+    return importlib.import_module("flwr.client.grpc_rere_client.connection")
+
+
+def _fleet_handler() -> ModuleType:
+    """The SuperLink's Fleet API handler, imported when used: it brings the SuperLink's
+    state (SQLAlchemy, Alembic: ~0.5 s)."""
+    return importlib.import_module("flwr.server.superlink.fleet.message_handler.message_handler")
+
+
+def _simulation_engine() -> ModuleType:
+    """Flower's simulation engine, imported when used: it brings the SuperLink's in-memory
+    state (SQLAlchemy, Alembic: ~0.5 s), which ServerApps and fl-run never need."""
+    return importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
+
+
+def _http_grid() -> ModuleType:
+    """The ServerApp's grid, imported when used: Flower's grid package brings the in-memory
+    SuperLink state (~0.5 s), which fl-run's checks never need."""
+    return importlib.import_module("flwr.superlink.grid.http_grid")
+
+
 def _heartbeat_problems() -> list[str]:
     problems = []
+    flwr_node_connection = _node_connection()
     for module in (flwr_node_connection, flwr_heartbeat):
         for name in ("HEARTBEAT_DEFAULT_INTERVAL", "HEARTBEAT_CALL_TIMEOUT"):
             if not hasattr(module, name):
@@ -160,7 +216,7 @@ def _heartbeat_problems() -> list[str]:
     sender = inspect.getsource(flwr_heartbeat.HeartbeatSender)
     if "HEARTBEAT_DEFAULT_INTERVAL - HEARTBEAT_CALL_TIMEOUT" not in sender:
         problems.append("HeartbeatSender no longer spaces heartbeats by the module's constants")
-    validate = inspect.getsource(flwr_fleet_handler._validate_heartbeat_interval)
+    validate = inspect.getsource(_fleet_handler()._validate_heartbeat_interval)
     if "HEARTBEAT_MIN_INTERVAL <= interval" not in validate:
         problems.append("the SuperLink no longer bounds heartbeats by HEARTBEAT_MIN_INTERVAL")
     return problems
@@ -179,7 +235,7 @@ def set_node_heartbeat(interval: float) -> None:
             f"got {interval}"
         )
     call_timeout = min(HEARTBEAT_CALL_TIMEOUT, interval / 2)
-    for module in (flwr_node_connection, flwr_heartbeat):
+    for module in (_node_connection(), flwr_heartbeat):
         module.HEARTBEAT_DEFAULT_INTERVAL = interval  # type: ignore[attr-defined]
         module.HEARTBEAT_CALL_TIMEOUT = call_timeout  # type: ignore[attr-defined]
 
@@ -187,7 +243,9 @@ def set_node_heartbeat(interval: float) -> None:
 def run_superlink(flower_args: list[str]) -> None:
     """Flower's `flower-superlink` main in this process, accepting heartbeat intervals down
     to MIN_HEARTBEAT seconds (Flower: 10)."""
-    flwr_fleet_handler.HEARTBEAT_MIN_INTERVAL = MIN_HEARTBEAT
+    from flwr.superlink.cli.flower_superlink import flower_superlink
+
+    _fleet_handler().HEARTBEAT_MIN_INTERVAL = MIN_HEARTBEAT
     sys.argv = ["flower-superlink", *flower_args]
     flower_superlink()
 
@@ -203,7 +261,7 @@ def _reply_pull_problems() -> list[str]:
     problems = []
     if not hasattr(RuntimeHttpClient, "PullMessages"):
         problems.append("RuntimeHttpClient has no PullMessages")
-    pull = inspect.getsource(flwr_http_grid.HttpGrid.pull_messages)
+    pull = inspect.getsource(_http_grid().HttpGrid.pull_messages)
     if "res.messages_list" not in pull or "pull_objects(" not in pull:
         problems.append("HttpGrid.pull_messages no longer pulls a reply's objects by pull_objects")
     if "backoff_cap" not in inspect.signature(flwr_pull_objects).parameters:
@@ -225,6 +283,7 @@ def abandon_replies_of_dead_senders(is_online: Callable[[int], bool]) -> None:
     if installed:
         return
     pull_messages = RuntimeHttpClient.PullMessages
+    flwr_http_grid = _http_grid()
     pull_objects = flwr_http_grid.pull_objects
 
     def pull_and_note_senders(self: RuntimeHttpClient, request: object) -> object:
@@ -276,19 +335,21 @@ def simulation_backend(make: Callable[[], Backend]) -> None:
     Flower's `start_vce` always builds a `RayBackend` (its `backend_name` is only checked),
     in a local function that it hands to `run_api` as `backend_fn`: that argument is swapped.
     """
-    run_api = flwr_simulation_engine.run_api
+    engine = _simulation_engine()
+    run_api = engine.run_api
 
     def run_api_on_our_backend(app_fn: Callable[..., object], _: object, *args: object) -> None:
         run_api(app_fn, make, *args)
 
-    flwr_simulation_engine.run_api = run_api_on_our_backend
+    engine.run_api = run_api_on_our_backend
 
 
 def _backend_problems() -> list[str]:
-    params = list(inspect.signature(flwr_simulation_engine.run_api).parameters)
+    engine = _simulation_engine()
+    params = list(inspect.signature(engine.run_api).parameters)
     if params[:2] != ["app_fn", "backend_fn"]:
         return ["the simulation engine's run_api no longer takes (app_fn, backend_fn, ...)"]
-    if "backend_fn,\n" not in inspect.getsource(flwr_simulation_engine.start_vce):
+    if "backend_fn,\n" not in inspect.getsource(engine.start_vce):
         return ["start_vce no longer hands run_api its backend_fn"]
     return []
 
@@ -324,7 +385,7 @@ def simulation_pickup_on_store() -> None:
             if not found:  # a sweep takes one message per node: sweep again until none is left
                 stored.wait(SIMULATION_PICKUP)
 
-    flwr_simulation_engine.add_messages_to_queue = add_messages_to_queue
+    _simulation_engine().add_messages_to_queue = add_messages_to_queue
 
 
 # ----- bytes on the wire ----------------------------------------------------------------------

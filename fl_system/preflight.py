@@ -6,8 +6,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from fl_system.checkpoint import load_checkpoint
 from fl_system.compose import default_config
+from fl_system.config_nodes import build
 from fl_system.experiment import (
-    build,
     build_client_addons,
     build_compression,
     build_model,
@@ -22,15 +22,17 @@ from fl_system.validation import ConfigError, check_values
 
 
 def preflight(cfg: DictConfig, paths: RunPaths) -> None:
-    """Every check that can run before a process starts, in the order fl-run runs them."""
-    check_config(cfg)
+    """Every check that can run before the run starts, in the order fl-run runs them (fl-run
+    checks the values before anything starts, the rest while a runtime that starts early
+    comes up)."""
+    check_values(cfg)
+    check_parts(cfg)
     check_data(cfg, paths)
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Validate values and build every part once: no data is read, nothing is started, so
-    fl-run runs this before it starts any process (a bad value never starts one)."""
-    check_values(cfg)
+def check_parts(cfg: DictConfig) -> None:
+    """Build every part once (strategy, local rule, add-ons, codecs, model): a component that
+    rejects its arguments fails here, before any data is read."""
     check_privacy(cfg, build_strategy(cfg))
     build(cfg.algorithm.local_rule)
     build_client_addons(cfg)

@@ -33,7 +33,7 @@ from flwr.supercore.privacy_accounting import (
 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system.experiment import build
+from fl_system.config_nodes import build
 from fl_system.validation import ConfigError
 
 FIXED = ("central_fixed", "client_fixed")  # what Flower's accountant covers

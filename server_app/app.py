@@ -6,7 +6,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fl_system import protocol
-from fl_system.experiment import config_from_json
+from fl_system.config_nodes import config_from_json
 from server_app.driver import RoundDriver
 
 

@@ -20,7 +20,8 @@ from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system import protocol
-from fl_system.experiment import build_compression, config_to_json
+from fl_system.config_nodes import config_to_json
+from fl_system.experiment import build_compression
 from fl_system.seeding import derive_seed
 from server_app import stragglers
 from server_app.client_eval import ClientEvaluation

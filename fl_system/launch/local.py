@@ -14,7 +14,6 @@ from omegaconf import DictConfig
 
 from fl_system import startup
 from fl_system.cache_root import default_cache_root
-from fl_system.data.partition_cache import prepare
 from fl_system.devices import THREADS_ENV
 from fl_system.launch import LaunchError
 from fl_system.launch.client_state import discard_finished
@@ -64,7 +63,10 @@ class LocalRuntime:
             control = federation.ready()
             federation.start_nodes(cfg, paths)
             # Every node reads its partition from the shared cache instead of N nodes loading
-            # and partitioning the dataset at once in round 1 (preflight has loaded it).
+            # and partitioning the dataset at once in round 1 (preflight has loaded it; torch
+            # came with it, so importing this only now keeps it out of the federation's start).
+            from fl_system.data.partition_cache import prepare
+
             prepare(cfg, default_cache_root())
             conn = Connection(f"{self.host}:{control}", insecure=True)
             submit_and_follow(cfg, paths, conn, federation.procs, federation.env)

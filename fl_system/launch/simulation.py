@@ -21,15 +21,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from fl_system.config_nodes import config_to_json
 from fl_system.devices import THREADS_ENV
-from fl_system.experiment import config_to_json
 from fl_system.launch import keep_warm
 from fl_system.launch.client_state import discard_finished
 from fl_system.launch.processes import ProcessGroup, tool_env
-from fl_system.launch.simulation_engine import BACKENDS
 from fl_system.progress import follow_run, log_end, server_log
 from fl_system.run_dir import RunPaths
 
+BACKENDS = ("process", "ray")  # forked workers (worker_pool), or Flower's RayBackend
 ENGINE_EXIT_SECONDS = 5.0  # an idle engine told to end gets this long before SIGKILL
 
 

@@ -25,8 +25,6 @@ from pathlib import Path
 
 from fl_system.launch.worker_pool import PoolBackend, WorkerPool, pool_size, write_into
 
-BACKENDS = ("process", "ray")
-
 
 def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) -> int:
     from flwr.app import Context, RecordDict
@@ -40,20 +38,21 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
     from fl_system.warm_imports import preload
 
     preload()  # before forking the workers: what every ClientApp would import on its own
-
-    flwr_hooks.check()
-    flwr_hooks.simulation_pickup_on_store()
-    run_by_reference = flwr_hooks.simulation_by_reference()
-    logging.getLogger("flwr").setLevel(logging.INFO)
-    update_console_handler(colored=False)  # the engine writes the run's log file itself
     root = app_dir()
     server_ref, client_ref = components(root)
-    load_app(server_ref, RuntimeError, root)  # imported now, while fl-run checks the data
     client_app = load_app(client_ref, LoadClientAppError, root)
     pool = None
     if backend == "process":
-        pool = WorkerPool(client_app, pool_size(client_cpus, client_gpus, *_machine(client_gpus)))
+        size = pool_size(client_cpus, client_gpus, *_machine(client_gpus))
+        pool = WorkerPool(client_app, size)
+    flwr_hooks.check_simulation()
+    flwr_hooks.simulation_pickup_on_store()
+    if pool is not None:
         flwr_hooks.simulation_backend(lambda: PoolBackend(pool))
+    run_by_reference = flwr_hooks.simulation_by_reference()
+    logging.getLogger("flwr").setLevel(logging.INFO)
+    update_console_handler(colored=False)  # the engine writes the run's log file itself
+    load_app(server_ref, RuntimeError, root)  # imported now, while fl-run checks the data
     control = socket.socket(fileno=control_fd)
     try:
         for request in _requests(control):

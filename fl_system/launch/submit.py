@@ -12,7 +12,7 @@ import tomli_w
 from omegaconf import DictConfig
 
 from fl_system import protocol
-from fl_system.experiment import config_to_json
+from fl_system.config_nodes import config_to_json
 from fl_system.launch import LaunchError
 from fl_system.launch.app_bundle import stage_app
 from fl_system.launch.components import app_dir

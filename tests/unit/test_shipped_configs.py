@@ -13,9 +13,9 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from fl_system.cli import CONF_DIR
+from fl_system.config_nodes import build
 from fl_system.data.partitions import Partitioner
 from fl_system.experiment import (
-    build,
     build_client_addons,
     build_compression,
     build_model,
