@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -17,6 +18,7 @@ from fl_system.cache_root import default_cache_root
 from fl_system.devices import THREADS_ENV
 from fl_system.launch import LaunchError
 from fl_system.launch.client_state import discard_finished
+from fl_system.launch.flower_forker import FlowerForker
 from fl_system.launch.processes import STOP_GRACE, ProcessGroup, free_port, port_open, tool_env
 from fl_system.launch.submit import Connection, submit_and_follow
 from fl_system.run_dir import RunPaths
@@ -96,6 +98,7 @@ class _Federation:
         )
         self._control: int | None = None
         self._fleet: int | None = None
+        self._forker: FlowerForker | None = None
         self._error: BaseException | None = None
         self._cancel = threading.Event()
         self._thread = threading.Thread(
@@ -146,6 +149,8 @@ class _Federation:
             env,
             plain=True,
         )
+        # The SuperLink and the SuperNodes are forked from one process that imported Flower
+        self._forker = forker = self._start_forker(paths)
         procs.start(
             "superlink",
             [
@@ -165,16 +170,32 @@ class _Federation:
             ],
             paths.logs / "superlink.log",
             env,
-            plain=True,
+            spawner=forker.spawn,
         )
         self._wait_ports([fleet, control], paths.logs / "superlink.log")
         startup.mark("SuperLink ready")
         self._fleet, self._control = fleet, control
 
+    def _start_forker(self, paths: RunPaths) -> FlowerForker:
+        """The process the SuperLink and the SuperNodes are forked from (Flower imported
+        once, not once per process)."""
+        ours, theirs = socket.socketpair()
+        with theirs:
+            forker = self.procs.start(
+                "flower forker",
+                [sys.executable, "-m", "fl_system.launch.flower_forker", str(theirs.fileno())],
+                paths.logs / "flower-forker.log",
+                self.env,
+                plain=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        return FlowerForker(ours, forker)
+
     def start_nodes(self, cfg: DictConfig, paths: RunPaths) -> None:
         """The SuperNodes, once the data checks passed (a config error starts none; the
-        SuperLink and the launcher started early)."""
+        SuperLink, the launcher and the node forker started early)."""
         h, procs, env = self.runtime.host, self.procs, self.env
+        assert self._forker is not None
         for pid in range(cfg.num_clients):
             procs.start(
                 f"supernode {pid}",
@@ -192,8 +213,8 @@ class _Federation:
                 ],
                 paths.logs / f"supernode-{pid}.log",
                 env,
-                plain=True,
                 restart=True,
+                spawner=self._forker.spawn,
             )
 
     def _wait_ports(self, ports: list[int], log: Path) -> None:

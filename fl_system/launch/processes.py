@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Protocol
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -59,6 +59,14 @@ RESTART_GRACE = 10.0  # seconds a restarted process must live for another restar
 STOP_GRACE = 10.0  # seconds a stopped process gets after SIGINT before SIGKILL
 
 
+class Spawner(Protocol):
+    """Starts a command some other way than `subprocess.Popen` (a node forked from a warm
+    process): returns what ProcessGroup uses of a Popen (pid, poll, wait); the process
+    writes `log_path` itself and leads a process group of its own."""
+
+    def __call__(self, cmd: Sequence[str], log_path: Path, env: dict[str, str]) -> Any: ...
+
+
 @dataclass(frozen=True)
 class _Launch:
     """How a restartable process was started, to start it again."""
@@ -69,6 +77,7 @@ class _Launch:
     plain: bool
     started: float  # time.monotonic()
     restarts: int  # how many times this command was started again before
+    spawner: Spawner | None = None
 
 
 class ProcessGroup:
@@ -90,11 +99,13 @@ class ProcessGroup:
         plain: bool = False,
         restart: bool = False,
         pass_fds: tuple[int, ...] = (),
+        spawner: Spawner | None = None,
     ) -> subprocess.Popen:
         """Start `cmd` with its output in `log_path`. `plain` (the run directory's logs)
         copies it line by line without the colour codes Flower's logger always writes;
         otherwise the process writes the file itself. `restart`: see `restart_exited`.
-        `pass_fds`: descriptors the process inherits (a control socket)."""
+        `pass_fds`: descriptors the process inherits (a control socket). `spawner`: starts
+        it instead of Popen (then `plain` and `pass_fds` do not apply), restarts included."""
         return self._start(
             name,
             cmd,
@@ -103,6 +114,7 @@ class ProcessGroup:
             plain=plain,
             restarts=0 if restart else None,
             pass_fds=pass_fds,
+            spawner=spawner,
         )
 
     def _start(
@@ -115,8 +127,14 @@ class ProcessGroup:
         plain: bool,
         restarts: int | None,
         pass_fds: tuple[int, ...] = (),
+        spawner: Spawner | None = None,
     ) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        if spawner is not None:
+            log_path.touch()  # exists from now on, as for a process started here
+            proc = spawner(cmd, log_path, env)
+            self._remember(name, proc, cmd, log_path, env, plain, restarts, spawner)
+            return proc
         log = open(log_path, "ab")  # noqa: SIM115 - exists from now on; closed below or by the copier
         proc = subprocess.Popen(
             list(cmd),
@@ -135,12 +153,25 @@ class ProcessGroup:
             self._copiers[proc.pid] = copier
         else:
             log.close()  # the child holds its own descriptor
+        self._remember(name, proc, cmd, log_path, env, plain, restarts, None)
+        return proc
+
+    def _remember(
+        self,
+        name: str,
+        proc: Any,
+        cmd: Sequence[str],
+        log_path: Path,
+        env: dict[str, str],
+        plain: bool,
+        restarts: int | None,
+        spawner: Spawner | None,
+    ) -> None:
         self.procs.append((name, proc))
         if restarts is not None:
             self._launches[proc.pid] = _Launch(
-                tuple(cmd), log_path, env, plain, time.monotonic(), restarts
+                tuple(cmd), log_path, env, plain, time.monotonic(), restarts, spawner
             )
-        return proc
 
     def restart_exited(self) -> list[tuple[str, int]]:
         """Start again each restartable process that has exited, after ending what it left
@@ -166,6 +197,7 @@ class ProcessGroup:
                 launch.env,
                 plain=launch.plain,
                 restarts=launch.restarts + 1,
+                spawner=launch.spawner,
             )
             restarted.append((name, code))
         return restarted

@@ -47,6 +47,7 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
         pool = WorkerPool(client_app, size)
     flwr_hooks.check_simulation()
     flwr_hooks.simulation_pickup_on_store()
+    flwr_hooks.simulation_stops_at_once()
     if pool is not None:
         flwr_hooks.simulation_backend(lambda: PoolBackend(pool))
     run_by_reference = flwr_hooks.simulation_by_reference()
