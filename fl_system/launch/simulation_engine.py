@@ -77,6 +77,7 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
                 client_app_attr=client_ref,
                 server_app_context=context,
                 app_dir=str(root),
+                backend_name=backend,  # Flower insists on Ray being installed for "ray" only
                 backend_config=_ray_config(client_cpus, client_gpus),
             )
             sys.stdout.flush()

@@ -418,3 +418,45 @@ def test_a_serverapp_runtime_without_a_parent_watch_is_named(
     monkeypatch.setattr(flwr_tasks, "flwr_run_serverapp", run_serverapp)
     with pytest.raises(FlwrInternalsChanged, match=r"run_serverapp lacks parameters \['certif"):
         flwr_hooks.check()
+
+
+def test_the_simulation_engines_threads_end_as_soon_as_the_run_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Flower's reply thread waits up to 1 s on its queue between looks at the stop event;
+    with the hook it ends within a few STOP_CHECK_SECONDS of the stop."""
+    engine = importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
+    monkeypatch.setattr(engine, "worker", engine.worker)  # undone after the test
+    monkeypatch.setattr(engine, "put_message_into_state", engine.put_message_into_state)
+    flwr_hooks.simulation_stops_at_once()
+    f_stop = threading.Event()
+    thread = threading.Thread(
+        target=engine.put_message_into_state, args=(object(), queue.Queue(), f_stop)
+    )
+    thread.start()
+    time.sleep(0.2)
+    stopped = time.monotonic()
+    f_stop.set()
+    thread.join(2)
+    assert not thread.is_alive()
+    assert time.monotonic() - stopped < 0.5  # Flower alone: up to 1 s
+
+
+def test_a_stop_aware_wait_still_returns_what_arrives_and_times_out_as_asked() -> None:
+    waiting: queue.Queue[str] = queue.Queue()
+    get = flwr_hooks._stop_aware(waiting.get, threading.Event())
+    threading.Timer(0.15, waiting.put, args=("reply",)).start()
+    assert get(timeout=1.0) == "reply"
+    started = time.monotonic()
+    with pytest.raises(queue.Empty):
+        get(timeout=0.3)
+    assert 0.25 < time.monotonic() - started < 0.6
+
+
+def test_a_simulation_worker_waiting_otherwise_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def worker(messageins_queue: object, messageres_queue: object, node_info_store: object,
+               backend: object, f_stop: object, metrics: object) -> None:  # fmt: skip
+        raise AssertionError("never called")
+
+    message = _changed(monkeypatch, "flwr.server.superlink.fleet.vce.vce_api.worker", worker)
+    assert "worker no longer waits on messageins_queue.get" in message
