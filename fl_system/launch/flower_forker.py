@@ -11,7 +11,7 @@ as if started by name.
 The forker waits for its children and reports each exit (a code, or minus the signal, as
 `subprocess.Popen.returncode`); fl-run sees each through a `ForkedProcess`, which ProcessGroup
 restarts and stops like any other process. The forker ignores Ctrl-C (fl-run stops the
-processes itself) and exits when fl-run closes its socket.
+processes itself); if fl-run dies without stopping them, the forker ends them and exits.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
+
+import setproctitle
 
 # The commands it starts, and the module whose main() each one is (pyproject's scripts)
 COMMANDS = {"fl-superlink": "fl_system.superlink", "fl-supernode": "fl_system.supernode.node"}
@@ -123,8 +125,9 @@ def serve(control: socket.socket) -> None:
         readable, _, _ = select.select([control], [], [], REAP_SECONDS)
         if readable:
             data = control.recv(65536)
-            if not data:
-                return  # fl-run is done with us; the processes are its to stop
+            if not data:  # fl-run ended without stopping them (it was killed): nobody else will
+                _end(children)
+                return
             pending += data
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
@@ -137,6 +140,21 @@ def serve(control: socket.socket) -> None:
                 children.discard(pid)
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
                 control.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
+
+
+def _end(children: set[int], grace: float = 5.0) -> None:
+    """SIGINT every child's process group (Flower's processes leave cleanly on it), SIGKILL
+    those still there after `grace` seconds."""
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGINT)
+    deadline = time.monotonic() + grace
+    while children and time.monotonic() < deadline:
+        children -= {pid for pid in children if os.waitpid(pid, os.WNOHANG)[0]}
+        time.sleep(0.05)
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _fork(request: dict, control: socket.socket) -> int:
@@ -163,6 +181,7 @@ def _run(request: dict, control: socket.socket) -> NoReturn:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = [request["command"], *request["argv"]]
+        setproctitle.setproctitle(" ".join(sys.argv))  # ps shows what it is, not the forker
         code = importlib.import_module(COMMANDS[request["command"]]).main(request["argv"])
     except BaseException:  # a child never returns into the forker's loop
         traceback.print_exc()
@@ -185,6 +204,7 @@ def main() -> None:
     for module in COMMANDS.values():
         importlib.import_module(module)
     update_console_handler(colored=False)  # the children write their logs themselves
+    setproctitle.getproctitle()  # sets the title machinery up while the environment is intact
     serve(control)
 
 

@@ -118,3 +118,20 @@ def test_the_forker_refuses_other_commands(forker: tuple[FlowerForker, ProcessGr
     nodes, _ = forker
     with pytest.raises(ValueError, match="starts fl-superlink and fl-supernode only"):
         nodes.spawn(["flwr", "run"], Path(os.devnull), tool_env())
+
+
+def test_when_fl_run_dies_the_forker_ends_what_it_started(
+    forker: tuple[FlowerForker, ProcessGroup], tmp_path: Path
+) -> None:
+    """fl-run killed (its end of the socket closes): nobody else would stop the processes."""
+    nodes, procs = forker
+    log = tmp_path / "node.log"
+    node = nodes.spawn(_node_args(free_port()), log, tool_env())
+    deadline = time.monotonic() + 60
+    while not log.exists() or "Starting Flower SuperNode" not in log.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    nodes.control.shutdown(socket.SHUT_RDWR)  # what fl-run dying does to its end
+    assert procs.procs[0][1].wait(timeout=15) == 0  # the forker, once its children ended
+    assert node.wait(timeout=1) is not None
+    assert not Path(f"/proc/{node.pid}").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -144,12 +145,12 @@ def test_taco_expels_an_echoing_freeloader_and_carries_on(
 def _supernode_of(partition: int, pids: set[int]) -> int | None:
     """The pid of the fl-supernode serving `partition` among `pids`."""
     for pid in pids:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        try:  # its arguments, or the title a forked node shows (the same words)
+            argv = re.split(rb"[\0 ]", Path(f"/proc/{pid}/cmdline").read_bytes())
         except OSError:
             continue
         if any(a.endswith(b"fl-supernode") for a in argv[:2]) and any(
-            a.startswith(f"partition-id={partition} ".encode()) for a in argv
+            a == f"partition-id={partition}".encode() for a in argv
         ):
             return pid
     return None
