@@ -17,6 +17,7 @@ processes itself); if fl-run dies without stopping them, the forker ends them an
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -205,6 +206,9 @@ def main() -> None:
         importlib.import_module(module)
     update_console_handler(colored=False)  # the children write their logs themselves
     setproctitle.getproctitle()  # sets the title machinery up while the environment is intact
+    # What the children inherit stays out of their garbage collector's scans (and their
+    # pages stay shared instead of being copied when a scan touches them).
+    gc.freeze()
     serve(control)
 
 

@@ -15,6 +15,7 @@ engine whose run failed exits: it may have left a worker half-way through a mess
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -44,6 +45,7 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
     pool = None
     if backend == "process":
         size = pool_size(client_cpus, client_gpus, *_machine(client_gpus))
+        gc.freeze()  # the workers' collector never scans (nor copies) what they inherit
         pool = WorkerPool(client_app, size)
     flwr_hooks.check_simulation()
     flwr_hooks.simulation_pickup_on_store()

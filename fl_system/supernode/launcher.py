@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import os
 import select
 import signal
@@ -305,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"ERROR: cannot start: {err}")
         return 1
     say(f"ready: preloaded {len(PRELOAD)} modules in {seconds:.1f} s")
+    gc.freeze()  # the children's collector never scans (nor copies) what they inherit
     launcher.serve()
     return 0
 

@@ -1,4 +1,5 @@
-"""A `-m` sweep in simulation: its members share one warm engine, and nothing else."""
+"""The simulation engine: a `-m` sweep's members share one warm engine and nothing else, and
+its two backends (forked workers, Ray) train alike."""
 
 from __future__ import annotations
 
@@ -75,8 +76,27 @@ def test_a_sweeps_members_end_exactly_as_separate_runs(
             [*ARGS, f"algorithm={algorithm}", f"seed={seed}", f"hydra.run.dir={alone}"], cli_env
         )
         assert result.returncode == 0, result.stderr[-3000:]
-        assert _history(member) == _history(alone), member.name
-        swept, separate = (load_checkpoint(d / "checkpoint.npz") for d in (member, alone))
-        assert swept.round == separate.round == 3
-        for name, array in separate.model.items():
-            np.testing.assert_array_equal(swept.model[name], array, err_msg=member.name)
+        _assert_same_run(member, alone, rounds=3)
+
+
+def test_the_ray_backend_trains_exactly_like_the_forked_workers(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """runtime.backend=ray (Flower's RayBackend) and the default forked workers run the same
+    ClientApp on the same messages: the same history and model, SCAFFOLD's client state too."""
+    runs = {}
+    for backend in ("ray", "process"):
+        runs[backend] = tmp_path / backend
+        args = [*ARGS, "algorithm=scaffold", f"runtime.backend={backend}"]
+        result = run_cli([*args, f"hydra.run.dir={runs[backend]}"], cli_env)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert "Ray" in (runs["ray"] / "logs" / "serverapp.log").read_text()  # it did start Ray
+    _assert_same_run(runs["ray"], runs["process"], rounds=3)
+
+
+def _assert_same_run(a: Path, b: Path, rounds: int) -> None:
+    assert _history(a) == _history(b), (a.name, b.name)
+    first, second = (load_checkpoint(d / "checkpoint.npz") for d in (a, b))
+    assert first.round == second.round == rounds
+    for name, array in second.model.items():
+        np.testing.assert_array_equal(first.model[name], array, err_msg=a.name)
