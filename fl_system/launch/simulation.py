@@ -186,9 +186,8 @@ def _take_warm(settings: EngineSettings) -> _Engine | None:
 
 
 def _put_warm(engine: _Engine) -> None:
-    old = _warm.pop(engine.settings, None)
-    if old is not None:
-        old.stop(wait=ENGINE_EXIT_SECONDS)
+    """Keep `engine` for the next run; one warm engine at a time (each holds its workers)."""
+    _release_warm()
     _warm[engine.settings] = engine
     keep_warm(_release_warm)
 
