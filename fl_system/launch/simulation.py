@@ -23,10 +23,10 @@ from omegaconf import DictConfig
 
 from fl_system.config_nodes import config_to_json
 from fl_system.devices import THREADS_ENV
-from fl_system.launch import keep_warm
+from fl_system.launch import LaunchError, keep_warm
 from fl_system.launch.client_state import discard_finished
 from fl_system.launch.processes import ProcessGroup, tool_env
-from fl_system.progress import follow_run, log_end, server_log
+from fl_system.progress import follow_run, log_end, log_tail, server_log
 from fl_system.run_dir import RunPaths
 
 BACKENDS = ("process", "ray")  # forked workers (worker_pool), or Flower's RayBackend
@@ -60,6 +60,8 @@ class SimulationRuntime:
             )
         if client_cpus <= 0:
             raise ValueError(f"runtime.client_cpus must be > 0, got {client_cpus}")
+        if client_gpus > 0 and _cuda_gpus() == 0:
+            raise ValueError(f"runtime.client_gpus={client_gpus} but this machine has no CUDA GPU")
         self.settings = EngineSettings(
             float(client_cpus), float(client_gpus), torch_threads, backend
         )
@@ -121,6 +123,7 @@ class _Engine:
                 "simulation", cmd, log, env, pass_fds=(theirs.fileno(),)
             )
         self.control = ours
+        self.log = log  # where it writes now
         self._received = b""
 
     def alive(self) -> bool:
@@ -129,7 +132,15 @@ class _Engine:
     def submit(self, config_file: Path, log: Path) -> _EngineRun:
         log.parent.mkdir(parents=True, exist_ok=True)
         request = {"config": str(config_file), "log": str(log)}
-        self.control.sendall(json.dumps(request).encode() + b"\n")
+        try:
+            self.control.sendall(json.dumps(request).encode() + b"\n")
+        except OSError:  # it died starting up: its log says why
+            code = self.process.wait()
+            raise LaunchError(
+                f"the simulation engine exited with code {code} before the run started; last "
+                f"lines of {self.log}:\n{log_tail(self.log)}"
+            ) from None
+        self.log = log
         return _EngineRun(self)
 
     def reply(self) -> dict | None:
@@ -172,6 +183,13 @@ class _EngineRun:
             elif (exited := self.engine.process.poll()) is not None:
                 self.code = exited or 1
         return self.code
+
+
+def _cuda_gpus() -> int:
+    """CUDA GPUs here, counted through NVML (the engine's workers may still use CUDA)."""
+    import torch
+
+    return torch.cuda.device_count()
 
 
 _warm: dict[EngineSettings, _Engine] = {}

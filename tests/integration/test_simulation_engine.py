@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fl_system.checkpoint import load_checkpoint
+from fl_system.launch import LaunchError
+from fl_system.launch.simulation import EngineSettings, SimulationRuntime, _Engine
 
 from .conftest import QUICK, run_cli
 
@@ -100,3 +104,24 @@ def _assert_same_run(a: Path, b: Path, rounds: int) -> None:
     assert first.round == second.round == rounds
     for name, array in second.model.items():
         np.testing.assert_array_equal(first.model[name], array, err_msg=a.name)
+
+
+def test_an_engine_that_died_before_its_run_is_one_clear_error(tmp_path: Path) -> None:
+    """Killed while starting (out of memory, say): the submission says so, with its log."""
+    log = tmp_path / "serverapp.log"
+    engine = _Engine(EngineSettings(1.0, 0.0, 1, "process"), log)
+    try:
+        os.kill(engine.process.pid, signal.SIGKILL)
+        engine.process.wait(timeout=10)
+        with pytest.raises(LaunchError, match="engine exited with code -9 before the run started"):
+            engine.submit(tmp_path / "config.json", log)
+    finally:
+        engine.stop()
+
+
+def test_gpu_shares_on_a_machine_without_cuda_are_refused_before_anything_starts() -> None:
+    if torch.cuda.device_count():
+        assert SimulationRuntime(client_gpus=0.5).settings.client_gpus == 0.5
+    else:
+        with pytest.raises(ValueError, match=r"client_gpus=0\.5 but this machine has no CUDA GPU"):
+            SimulationRuntime(client_gpus=0.5)
