@@ -35,6 +35,8 @@ from typing import NoReturn
 
 import setproctitle
 
+from fl_system.launch.processes import alive, write_into
+
 # The commands it starts, and the module whose main() each one is (pyproject's scripts)
 COMMANDS = {"fl-superlink": "fl_system.superlink", "fl-supernode": "fl_system.supernode.node"}
 REAP_SECONDS = 0.1  # how often the forker looks for children that ended
@@ -92,7 +94,7 @@ class FlowerForker:
         with self._changed:
             if pid in self._exits:
                 return self._exits[pid]
-        if self.forker.poll() is not None and not _running(pid):
+        if self.forker.poll() is not None and not alive(pid):
             return -signal.SIGKILL  # gone while its forker could not tell how
         return None
 
@@ -106,14 +108,6 @@ class FlowerForker:
                     else:
                         self._exits[int(event["exited"])] = int(event["code"])
                     self._changed.notify_all()
-
-
-def _running(pid: int) -> bool:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] != "Z"
 
 
 # ----- the forker process ----------------------------------------------------------------------
@@ -172,10 +166,7 @@ def _run(request: dict, control: socket.socket) -> NoReturn:
         control.close()
         os.setsid()
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
+        write_into(Path(request["log"]))
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)

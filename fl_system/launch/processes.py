@@ -312,6 +312,16 @@ def _pgid(pid: int) -> int | None:
     return int(fields[2]) if fields else None
 
 
+def write_into(log: Path) -> None:
+    """Point this process's stdout and stderr at `log`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def alive(pid: int) -> bool:
     """True for a running process; a zombie or a vanished pid counts as gone."""
     fields = _proc_stat(pid)

@@ -192,25 +192,27 @@ def _cuda_gpus() -> int:
     return torch.cuda.device_count()
 
 
-_warm: dict[EngineSettings, _Engine] = {}
+_warm: list[_Engine] = []  # the idle engine of the last completed run, if any (one at a time)
 
 
 def _take_warm(settings: EngineSettings) -> _Engine | None:
-    engine = _warm.pop(settings, None)
-    if engine is not None and not engine.alive():
-        engine.stop()
+    """The idle engine if it was started with `settings` and still runs; any other is ended
+    (each holds its workers)."""
+    engine = _warm.pop() if _warm else None
+    if engine is not None and (engine.settings != settings or not engine.alive()):
+        engine.stop(wait=ENGINE_EXIT_SECONDS)
         return None
     return engine
 
 
 def _put_warm(engine: _Engine) -> None:
-    """Keep `engine` for the next run; one warm engine at a time (each holds its workers)."""
+    """Keep `engine` for the next run."""
     _release_warm()
-    _warm[engine.settings] = engine
+    _warm.append(engine)
     keep_warm(_release_warm)
 
 
 def _release_warm() -> None:
-    """End every idle engine (fl-run is exiting)."""
+    """End the idle engine (fl-run is exiting, or another takes its place)."""
     while _warm:
-        _warm.popitem()[1].stop(wait=ENGINE_EXIT_SECONDS)
+        _warm.pop().stop(wait=ENGINE_EXIT_SECONDS)

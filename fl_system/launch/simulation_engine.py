@@ -24,7 +24,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from fl_system.launch.worker_pool import PoolBackend, WorkerPool, pool_size, write_into
+from fl_system.launch.processes import write_into
+from fl_system.launch.worker_pool import PoolBackend, WorkerPool, pool_size
 
 
 def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) -> int:

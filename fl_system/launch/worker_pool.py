@@ -38,6 +38,8 @@ from flwr.proto.message_pb2 import Context as ProtoContext
 from flwr.proto.message_pb2 import Message as ProtoMessage
 from flwr.server.superlink.fleet.vce.backend import Backend, BackendConfig
 
+from fl_system.launch.processes import write_into
+
 GPU_ENV = "CUDA_VISIBLE_DEVICES"
 
 
@@ -209,16 +211,6 @@ def _decode(encoded: tuple[bytes, bytes]) -> tuple[Message, Context]:
     message.ParseFromString(encoded[0])
     context.ParseFromString(encoded[1])
     return message_from_proto(message), context_from_proto(context)
-
-
-def write_into(log: Path) -> None:
-    """Point this process's stdout and stderr at `log`."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 class PoolBackend(Backend):
