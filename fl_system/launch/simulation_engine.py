@@ -11,6 +11,11 @@ new in-memory state, grid and node contexts for every run, the apps keep no stat
 own between messages (every random draw is seeded from the experiment seed, the round and
 the partition), and the sweep's isolation test compares members with separate runs. An
 engine whose run failed exits: it may have left a worker half-way through a message.
+
+A stop (fl-run's Ctrl-C or SIGTERM reach the engine's process group as SIGINT) ends the
+engine at once, as it ends a SuperNode's ServerApp: the ServerApp thread must not go on to
+aggregate and checkpoint a round whose clients were being stopped, or a resumed run would
+start from that partial round.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -39,6 +45,7 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
     from fl_system.launch.components import app_dir, components
     from fl_system.warm_imports import preload
 
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a stop ends every thread at once
     preload()  # before forking the workers: what every ClientApp would import on its own
     root = app_dir()
     server_ref, client_ref = components(root)

@@ -72,6 +72,10 @@ class WorkerPool:
             parent_end, child_end = Pipe()
             pid = os.fork()
             if pid == 0:  # the worker: it keeps only its own end of its own pipe
+                # A stop of the engine's process group ends the engine, not a message half-way
+                # (which the engine would report as the client's failure): the worker exits
+                # when its pipe closes.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
                 parent_end.close()
                 for other in self._workers:
                     other.conn.close()
@@ -145,7 +149,8 @@ class WorkerPool:
 
     def _lose(self, worker: _Worker) -> None:
         with self._lock:
-            self._workers.remove(worker)
+            if worker in self._workers:  # `close` may have let every worker go already
+                self._workers.remove(worker)
         worker.conn.close()
 
 
@@ -168,7 +173,8 @@ def _exit_status(pid: int) -> str:
 
 
 def _serve(app: ClientApp, conn: Connection) -> None:
-    """The worker's loop; it exits when the engine closes the pipe (or dies)."""
+    """The worker's loop; it exits when the engine closes the pipe (or dies, even while
+    the worker is busy: its reply then has nowhere to go)."""
     code = 0
     try:
         while True:
@@ -188,6 +194,8 @@ def _serve(app: ClientApp, conn: Connection) -> None:
                 conn.send(("error", f"{type(ex).__name__}: {ex}"))
                 continue
             conn.send(("ok", _encode(reply, context)))
+    except BrokenPipeError:  # the engine was stopped during the message
+        pass
     except BaseException:
         traceback.print_exc()
         code = 1

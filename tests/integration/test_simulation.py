@@ -53,6 +53,9 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     assert [pid for pid in stopped.process_tree if alive(pid)] == []
     stopped_at = load_checkpoint(broken / "checkpoint.npz").round
     assert 3 <= stopped_at < rounds
+    # the stop ended the engine before any client: no client failed, no round went partial
+    assert "Traceback" not in (broken / "logs" / "serverapp.log").read_text()
+    assert {r["failures"] for r in _rows(broken)} == {"0"}
     first_id = _run_id(broken)
 
     result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)

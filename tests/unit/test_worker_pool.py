@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +21,10 @@ app = ClientApp()
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Doubles the arrays, counts its calls in the node's state, fails on request."""
+    """Doubles the arrays, counts its calls in the node's state, fails or dawdles on request."""
     if msg.content["config"]["fail"]:
         raise ValueError("asked to fail")
+    time.sleep(float(msg.content["config"]["sleep"]))
     os.write(1, f"trained in {os.getpid()}\n".encode())  # the process's output, as torch's
     arrays = msg.content["arrays"].to_numpy_ndarrays()
     calls = int(context.state.get("calls", MetricRecord({"n": 0}))["n"]) + 1
@@ -33,13 +35,13 @@ def train(msg: Message, context: Context) -> Message:
     return Message(reply, reply_to=msg)
 
 
-def _message(fail: bool = False) -> Message:
+def _message(fail: bool = False, sleep: float = 0.0) -> Message:
     from flwr.app import ConfigRecord
 
     content = RecordDict(
         {
             "arrays": ArrayRecord([np.arange(6, dtype=np.float32).reshape(2, 3)]),
-            "config": ConfigRecord({"fail": fail}),
+            "config": ConfigRecord({"fail": fail, "sleep": sleep}),
         }
     )
     return Message(content, dst_node_id=7, message_type="train")
@@ -120,6 +122,24 @@ def test_a_killed_worker_fails_its_message_and_the_others_go_on(pool: WorkerPool
     assert pool.alive == 1 and victim not in seen
     reply, _ = pool.run(_message(), _context())
     assert int(reply.content["pid"]["pid"]) != victim
+
+
+def test_sigint_to_the_workers_fails_no_message(pool: WorkerPool) -> None:
+    """A stop reaches the engine's whole process group as SIGINT: a busy worker must finish
+    its message rather than fail it (the engine would report a client failure, and its
+    ServerApp could checkpoint a partial round before the stop ends it)."""
+    pids = {int(pool.run(_message(), _context())[0].content["pid"]["pid"]) for _ in range(2)}
+    replies: list[Message] = []
+    busy = threading.Thread(
+        target=lambda: replies.append(pool.run(_message(sleep=0.5), _context())[0])
+    )
+    busy.start()
+    time.sleep(0.2)
+    for pid in pids:
+        os.kill(pid, signal.SIGINT)
+    busy.join(30)
+    assert len(replies) == 1 and replies[0].has_content()
+    assert pool.alive == 2
 
 
 def test_each_run_writes_its_own_log(pool: WorkerPool, tmp_path: Path) -> None:
