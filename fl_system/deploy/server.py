@@ -6,11 +6,16 @@ registered nodes), no runtime dependency installation, TLS from an `fl-certs` di
 SuperNode authentication with the public keys given by --authorized-keys, registered as
 soon as the SuperLink is up; `<state-dir>/ready` exists from then until it stops (a
 container health check). Plain text needs --insecure and prints a warning.
+
+Each submitted run's ServerApp is forked by a launcher that imported torch and the apps once
+(the SuperLink in `--isolation process`), as `runtime=local` does: Flower's SuperExec would
+start a fresh `flwr-serverapp` interpreter for every run, seconds of imports each.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
@@ -70,7 +75,9 @@ def public_keys(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
-def superlink_command(args: argparse.Namespace, tls: tuple[Path, Path, Path] | None) -> list[str]:
+def superlink_command(
+    args: argparse.Namespace, tls: tuple[Path, Path, Path] | None, appio_port: int
+) -> list[str]:
     cmd = [
         "flower-superlink",
         "--fleet-api-address",
@@ -80,8 +87,10 @@ def superlink_command(args: argparse.Namespace, tls: tuple[Path, Path, Path] | N
         "--database",
         str(args.state_dir / "superlink.db"),
         "--disable-runtime-dependency-installation",
-        "--port",  # the SuperLink's internal runtime API, on loopback: any free port
-        str(free_port()),
+        "--port",  # the SuperLink's internal runtime API, on loopback
+        str(appio_port),
+        "--isolation",
+        "process",  # the ServerApp launcher starts each run's ServerApp
     ]
     if tls is None:
         cmd.append("--insecure")
@@ -92,6 +101,22 @@ def superlink_command(args: argparse.Namespace, tls: tuple[Path, Path, Path] | N
     if args.authorized_keys:
         cmd.append("--enable-supernode-auth")
     return cmd
+
+
+def launcher_command(appio_port: int, socket_path: Path) -> list[str]:
+    """The ServerApp launcher, polling the SuperLink's runtime API for runs to start (it
+    serves no SuperNode: nothing wakes its socket) and exiting when fl-server is gone."""
+    return [
+        sys.executable,
+        "-m",
+        "fl_system.supernode.launcher",
+        "--socket",
+        str(socket_path),
+        "--parent-pid",
+        str(os.getpid()),
+        "--serverapp-api-address",
+        f"127.0.0.1:{appio_port}",
+    ]
 
 
 def register_keys(
@@ -172,11 +197,15 @@ def run(args: argparse.Namespace) -> int:
 
     ready = args.state_dir / READY_FILE
     ready.unlink(missing_ok=True)
-    env = tool_env({"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "1"})  # Flower's default: a server idles
-    proc = start_piped(superlink_command(args, tls), env)
-    assert proc.stdout is not None
-    output = threading.Thread(target=lambda: deque(echo(proc.stdout), maxlen=0), daemon=True)
-    output.start()
+    env = tool_env()
+    appio_port = free_port()
+    work = Path(tempfile.mkdtemp(prefix="fl-server-"))
+    # its own session: a Ctrl-C meant for fl-server does not end it first; fl-server does
+    launcher = start_piped(
+        launcher_command(appio_port, work / "launcher.sock"), env, own_session=True
+    )
+    proc = start_piped(superlink_command(args, tls, appio_port), env)
+    outputs = [_echo_in_background(p) for p in (launcher, proc)]
     stop = _forward_stop_signals(proc)
     try:
         _wait_ports(proc, [fleet_port, control_port])
@@ -188,14 +217,41 @@ def run(args: argparse.Namespace) -> int:
             f"{args.control_address}, {'TLS' if tls else 'PLAIN TEXT'}"
             + (f", {len(keys)} SuperNode keys authorised" if keys else "")
         )
-        code = proc.wait()
-        output.join(timeout=5)
+        while (code := proc.poll()) is None:
+            if launcher.poll() is not None:
+                raise DeployError(
+                    f"the ServerApp launcher exited with code {launcher.returncode} (its output "
+                    "is above); no run could start, so the SuperLink was stopped"
+                )
+            time.sleep(0.5)
+        for output in outputs:
+            output.join(timeout=5)
         return code
     except BaseException:
         stop()
         raise
     finally:
         ready.unlink(missing_ok=True)
+        _end(launcher)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _echo_in_background(proc: subprocess.Popen) -> threading.Thread:
+    assert proc.stdout is not None
+    stream = proc.stdout
+    output = threading.Thread(target=lambda: deque(echo(stream), maxlen=0), daemon=True)
+    output.start()
+    return output
+
+
+def _end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _wait_ports(proc: subprocess.Popen, ports: list[int]) -> None:

@@ -120,7 +120,8 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
 
 def test_a_client_with_an_unregistered_key_is_rejected(federation: Federation) -> None:
     stranger_key = federation.stranger / "supernode-0.key"
-    proc, log = federation.client("client-c", 1, "--connect-timeout", "30", key=stranger_key)
+    # 12 s: two attempts, 5 s apart, then the countdown ends
+    proc, log = federation.client("client-c", 1, "--connect-timeout", "12", key=stranger_key)
     assert proc.wait(timeout=120) == 2
     text = log.read_text()
     # keys may still be registering when a SuperLink's ports open: retried, then given up
@@ -258,7 +259,7 @@ def test_a_client_that_loses_the_server_gives_up_after_its_timeout(
 ) -> None:
     """Runs last: stops the SuperLink. The client must not wait forever."""
     key = federation.certs / "supernode-3.key"  # a key no running client uses
-    proc, log = federation.client("client-b", 1, "--connect-timeout", "15", key=key)
+    proc, log = federation.client("client-b", 1, "--connect-timeout", "6", key=key)
     assert _wait_for_text(log, "SuperNode ID", 90), log.read_text()
     server = next(p for name, p in federation.procs.procs if name == "fl-server")
     server.send_signal(signal.SIGTERM)

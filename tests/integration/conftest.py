@@ -154,19 +154,25 @@ class HandStartedFederation:
         self.fleet, self.control = free_port(), free_port()
         self.nodes: dict[int, subprocess.Popen] = {}
 
-    def start_superlink(self) -> None:
-        self.procs.start(
-            "superlink",
-            [
+    def start_superlink(self, flower: bool = False) -> None:
+        """`fl-server` (its launcher forks each run's ServerApp), or with `flower` Flower's own
+        `flower-superlink` (its SuperExec starts a `flwr-serverapp` per run)."""
+        if flower:
+            cmd = [
                 "flower-superlink", "--insecure",
                 "--fleet-api-address", f"127.0.0.1:{self.fleet}",
                 "--control-api-address", f"127.0.0.1:{self.control}",
                 "--port", str(free_port()),
                 "--disable-runtime-dependency-installation",
-            ],
-            self.root / "superlink.log",
-            self.env,
-        )  # fmt: skip
+            ]  # fmt: skip
+        else:
+            cmd = [
+                "fl-server", "--insecure",
+                "--fleet-address", f"127.0.0.1:{self.fleet}",
+                "--control-address", f"127.0.0.1:{self.control}",
+                "--state-dir", str(self.root / "superlink-state"),
+            ]  # fmt: skip
+        self.procs.start("superlink", cmd, self.root / "superlink.log", self.env)
         deadline = time.monotonic() + 60
         while not port_open("127.0.0.1", self.control):
             assert self.procs.first_dead() is None, "the SuperLink exited during start-up"
