@@ -1,4 +1,5 @@
-"""Statistics over seeds: mean ± std, per-seed differences and whether a gain stands out."""
+"""Statistics over seeds: per-seed differences and whether a gain stands out (mean ± std is
+the core's, shared with fl-compare)."""
 
 from __future__ import annotations
 
@@ -6,20 +7,9 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from fl_system.seed_stats import mean_std, pct
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
-    mean = statistics.fmean(values)
-    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def pct(values: Sequence[float | None], signed: bool = False) -> str:
-    """Accuracies (fractions) as 'mean ± std' in percentage points; None = a diverged run."""
-    lost = sum(v is None for v in values)
-    if lost:
-        return f"diverged ({lost}/{len(values)} seeds)"
-    mean, std = mean_std([100 * v for v in values if v is not None])
-    return f"{mean:+.2f} ± {std:.2f}" if signed else f"{mean:.2f} ± {std:.2f}"
+__all__ = ["difference", "geometric_mean", "mean_std", "pct", "ratio", "significance"]
 
 
 def difference(a: float | None, b: float | None) -> float | None:
