@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks.harness.outcome import RunOutcome
+from fl_system.seed_stats import seed_band
 
 
 @dataclass(frozen=True)
@@ -49,17 +47,9 @@ def write_curves(panels: Sequence[Panel], path: Path) -> None:
         for ax, panel in zip(axes.flat, panels, strict=False):
             curves = panel.curves
             for curve in curves:
-                rounds = sorted({r for o in curve.runs for r in o.evaluated})
-                grid = np.full((len(curve.runs), len(rounds)), np.nan)
-                for i, o in enumerate(curve.runs):
-                    for r, a in zip(o.evaluated, o.accuracies, strict=True):
-                        grid[i, rounds.index(r)] = a
                 # a seed that diverged (or stopped) drops out of the mean from then on
-                with np.errstate(invalid="ignore"), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # all seeds gone
-                    mean = 100 * np.nanmean(grid, axis=0)
-                    std = 100 * np.nanstd(grid, axis=0)
-                x = np.array(rounds)
+                x, mean, std = seed_band([(o.evaluated, o.accuracies) for o in curve.runs])
+                mean, std = 100 * mean, 100 * std
                 style = "--" if curve.dashed else "-"
                 ax.plot(x, mean, color=curve.color, ls=style, label=curve.label)
                 ax.fill_between(x, mean - std, mean + std, color=curve.color, alpha=0.08)

@@ -18,7 +18,7 @@ def cells(keys: Sequence[str], rows: Sequence[dict], target: float | None) -> li
     header += ["MB up", "MB down", "training s"]
     lines = [header]
     for row in rows:
-        line = [_setting(row[k]) for k in keys]
+        line = [setting(row[k]) for k in keys]
         line.append(",".join(str(s) for s in row["seeds"]))
         line.append(
             str(row["runs"])
@@ -62,7 +62,8 @@ def as_csv(keys: Sequence[str], rows: Sequence[dict]) -> str:
     return out.getvalue()
 
 
-def _setting(value: Any) -> str:
+def setting(value: Any) -> str:
+    """A setting's value as the table and the plot's legend show it."""
     return "null" if value is None else str(value)
 
 

@@ -117,6 +117,16 @@ def test_the_terminal_table_and_the_markdown_and_csv_files(
     assert records[0]["seeds"] == "0 1 2" and records[0]["algorithm.mu"] == ""
 
 
+@pytest.mark.parametrize("x_axis", ["rounds", "bytes", "seconds"])
+def test_the_curves_are_drawn_into_a_png(sweep: Path, tmp_path: Path, x_axis: str) -> None:
+    path = tmp_path / "plots" / f"{x_axis}.png"
+    assert main([str(sweep), "--plot", str(path), "--x", x_axis]) == 0
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (825, 528)  # 7.5 x 4.8 inches at 110 dpi
+
+
 def test_an_unfinished_run_is_counted_and_marked(
     sweep: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -169,6 +179,7 @@ def test_directories_that_are_not_runs_are_one_line_each(
     [
         (["--target", "90"], "--target must be an accuracy in (0, 1], got 90.0"),
         (["--out", "table.txt"], "--out must end in .csv or .md, got table.txt"),
+        (["--plot", "curves.pdf"], "--plot must end in .png, got curves.pdf"),
     ],
 )
 def test_bad_options_are_refused(
