@@ -4,8 +4,11 @@ its two backends (forked workers, Ray) train alike."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +57,8 @@ def test_a_sweeps_members_end_exactly_as_separate_runs(
 ) -> None:
     """Six members (three algorithms x two seeds) in one fl-run, one engine between them,
     then each as a separate fl-run: every round's metrics and the final model are equal,
-    and nothing of the sweep outlives fl-run."""
+    and nothing of the sweep outlives fl-run. fl-compare reads the sweep back: one line per
+    algorithm, its means those of the members' summary.json."""
     sweep_dir = tmp_path / "sweep"
     result = run_cli(
         [
@@ -81,6 +85,31 @@ def test_a_sweeps_members_end_exactly_as_separate_runs(
         )
         assert result.returncode == 0, result.stderr[-3000:]
         _assert_same_run(member, alone, rounds=3)
+    _assert_compared(sweep_dir, members, tmp_path / "compared.csv")
+
+
+def _assert_compared(sweep_dir: Path, members: list[Path], out: Path) -> None:
+    """fl-compare's CSV against the means of the members' own summaries, by hand."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "fl-compare"), str(sweep_dir), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    finals: dict[str, list[float]] = {}
+    for member in members:
+        name = next(a for a in ALGORITHMS if f"name: {a}\n" in (member / "config.yaml").read_text())
+        summary = json.loads((member / "summary.json").read_text())
+        finals.setdefault(name, []).append(summary["final_accuracy"])
+    with out.open(newline="") as handle:
+        table = {r["algorithm.name"]: r for r in csv.DictReader(handle)}
+    assert sorted(table) == sorted(ALGORITHMS)
+    for name, values in finals.items():
+        assert table[name]["seeds"] == "0 1" and table[name]["finished"] == "2"
+        assert float(table[name]["final_accuracy_mean"]) == pytest.approx(
+            sum(values) / len(values), abs=1e-12
+        )
 
 
 def test_the_ray_backend_trains_exactly_like_the_forked_workers(
