@@ -224,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
                     "is above); no run could start, so the SuperLink was stopped"
                 )
             time.sleep(0.5)
+        _end(launcher)  # its output ends with it
         for output in outputs:
             output.join(timeout=5)
         return code
