@@ -109,13 +109,7 @@ class MetricsLog:
 
     def rows(self) -> list[dict[str, str]]:
         """All rows as strings; cells missing from older narrower rows read as ''."""
-        if not self.path.exists():
-            return []
-        with self.path.open(newline="") as handle:
-            return [
-                {key: value or "" for key, value in record.items() if key is not None}
-                for record in csv.DictReader(handle, restval="")
-            ]
+        return read_rows(self.path)
 
     def truncate_after(self, round_: int) -> None:
         """Drop rows after ``round_`` so a resumed run does not log those rounds twice."""
@@ -143,6 +137,18 @@ class MetricsLog:
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
             _atomic_write(self.path, data[: data.rfind(b"\n") + 1])
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A metrics.csv's rows as strings ('' for cells missing from older narrower rows), read
+    only: unlike MetricsLog, nothing trims a last line a running run is writing."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return [
+            {key: value or "" for key, value in record.items() if key is not None}
+            for record in csv.DictReader(handle, restval="")
+        ]
 
 
 def _number(value: Any) -> float | None:

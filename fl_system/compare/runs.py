@@ -7,7 +7,6 @@ A run directory is any directory holding `config.yaml` and `metrics.csv`; a swee
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+
+from fl_system.results import read_rows
 
 CONFIG, METRICS, SUMMARY = "config.yaml", "metrics.csv", "summary.json"
 
@@ -59,8 +60,7 @@ def load_run(path: Path) -> Run:
         raise NotARun(f"{path / CONFIG}: unreadable ({type(err).__name__}: {first})") from None
     if not isinstance(config, dict):
         raise NotARun(f"{path / CONFIG}: not a run's config (no mapping at its top)")
-    with (path / METRICS).open(newline="") as handle:
-        rows = [{k: v or "" for k, v in r.items() if k is not None} for r in csv.DictReader(handle)]
+    rows = read_rows(path / METRICS)
     summary = None
     if (path / SUMMARY).is_file():
         try:
