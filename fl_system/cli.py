@@ -11,9 +11,10 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fl_system import startup
+from fl_system import startup, tracking
 from fl_system.checkpoint import CheckpointError
 from fl_system.compose import CONF_DIR, prepare
 from fl_system.config_nodes import build, new_run_id
@@ -43,6 +44,9 @@ def run_experiment(cfg: DictConfig) -> dict:
     with open_dict(cfg):
         cfg.run_dir = str(paths.root)
     prepare(cfg, new_run_id())  # preflight puts the checkpoint's run id back when resuming
+    hydra_cfg = HydraConfig.get()
+    sweep = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
+    tracking.settle(cfg, started_in=Path.cwd(), sweep=sweep)
     early = None
     try:
         check_values(cfg)  # a bad value never starts a process
@@ -75,7 +79,12 @@ def run_experiment(cfg: DictConfig) -> dict:
     try:
         runtime.run(cfg, paths)
     except LaunchError as err:
+        _end_tracked(cfg, paths, "failed", str(err).splitlines()[0] if str(err) else "failed")
         _fail(f"{err}\nrun directory: {paths.root}", EXIT_RUN_FAILED)
+    except KeyboardInterrupt as stop:
+        how = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        _end_tracked(cfg, paths, "killed", how)
+        raise
     finally:
         startup.write(paths.startup)
     summary = json.loads(paths.summary.read_text())
@@ -88,6 +97,18 @@ def run_experiment(cfg: DictConfig) -> dict:
         flush=True,
     )
     return summary
+
+
+def _end_tracked(cfg: DictConfig, paths: RunPaths, status: str, error: str) -> None:
+    """Close the tracked runs a stopped or crashed ServerApp left open (every process of
+    the run is gone by now); untracked runs import nothing."""
+    if not tracking.chosen(cfg):
+        return
+    from fl_system.tracking.session import end_left_open
+
+    end_left_open(
+        cfg, paths.root, status, error, say=lambda text: print(f"fl-run: {text}", file=sys.stderr)
+    )
 
 
 def _fresh(root: Path, ours: frozenset[str] = frozenset({".hydra"})) -> bool:

@@ -39,6 +39,7 @@ RESUMABLE_CHANGES = frozenset(
         "eval_every",
         "round_timeout",
         "runtime",
+        "tracking",
         "server",
         "run_dir",
     }

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 
@@ -87,19 +88,30 @@ def check_syntax(overrides: Sequence[str]) -> None:
 
 
 def check_choices(overrides: Sequence[str], conf_dir: Path) -> None:
-    """`group=option` (or a sweep `group=a,b`) names options the group has; else ValueError
-    naming the key and the choices."""
+    """`group=option` names options the group has, as does each of a sweep (`group=a,b`), a
+    list (`tracking=[mlflow,wandb]`, for groups that take several) or a sweep of lists; else
+    ValueError naming the key and the choices."""
     groups = chosen_groups(conf_dir)
+    parser = OverridesParser.create()
     for override in overrides:
-        key, eq, value = override.partition("=")
-        if not eq or key not in groups or "(" in value:
+        key, eq, _ = override.partition("=")
+        if not eq or key not in groups:
             continue
         known = options(conf_dir, key)
-        for choice in (v.strip() for v in value.split(",")):
+        for choice in _named(parser.parse_override(override).value()):
             if choice not in known:
                 raise ValueError(
                     f"{key}={choice}: no such option; choose one of {', '.join(known)}"
                 )
+
+
+def _named(value: object) -> list[str]:
+    """The option names an override's value holds (none for a glob or a range)."""
+    if isinstance(value, ChoiceSweep):
+        return [name for item in value.list for name in _named(item)]
+    if isinstance(value, list):
+        return [name for item in value for name in _named(item)]
+    return [str(value)] if isinstance(value, str | int | float) else []
 
 
 _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")

@@ -60,6 +60,7 @@ class ProgressBar:
             mininterval=0.5,
         )
         self.started = False
+        self._warned = 0  # warnings of the log written to the console so far
 
     def poll(self) -> None:
         try:
@@ -72,6 +73,9 @@ class ProgressBar:
         if SUBMITTED in chunk:
             startup.mark("run submitted")
         self.log.feed(chunk.decode(errors="replace"))
+        while self._warned < len(self.log.warnings):
+            self.bar.write(f"fl-run: warning: {self.log.warnings[self._warned]}", file=sys.stderr)
+            self._warned += 1
         done = self.log.round
         if done == 0:
             return

@@ -19,6 +19,7 @@ _ROUND = re.compile(
 _SUMMARY = "summary "
 _FAILED = "failed: "
 _DONE = "done: "  # the ServerApp's last line: its run directory is complete
+_WARNING = "warning: "  # something the user should know that does not stop the run
 
 
 def say(text: str) -> None:
@@ -58,6 +59,10 @@ def failed_line(reason: str) -> str:
     return _FAILED + reason
 
 
+def warning_line(text: str) -> str:
+    return _WARNING + text
+
+
 @dataclass
 class RunLog:
     """What the lines read so far say."""
@@ -68,6 +73,7 @@ class RunLog:
     training_seconds: float | None = None  # the run's so far
     summary: dict | None = None
     failure: str | None = None
+    warnings: list[str] = field(default_factory=list)
     done: bool = False
     _partial: str = field(default="", repr=False)
 
@@ -94,5 +100,7 @@ class RunLog:
             self.summary = json.loads(body[len(_SUMMARY) :])
         elif body.startswith(_FAILED):
             self.failure = body[len(_FAILED) :]
+        elif body.startswith(_WARNING):
+            self.warnings.append(body[len(_WARNING) :])
         elif body.startswith(_DONE):
             self.done = True

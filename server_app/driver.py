@@ -28,6 +28,9 @@ from fl_system.evaluation import evaluate
 from fl_system.experiment import build_model, build_strategy, load_dataset
 from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
+from fl_system.tracking import chosen
+from fl_system.tracking.base import FAILED
+from fl_system.tracking.session import TrackedRun
 from server_app.federation import Federation
 from server_app.privacy import Privacy
 from server_app.rounds import RoundRecord, RunFailed, grouped_reasons
@@ -50,9 +53,11 @@ class RoundDriver:
         self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
+        self.tracking: TrackedRun | None = None  # opened once the run's first round is known
 
     def run(self) -> dict:
-        """All rounds; on failure, the reason goes to the run directory before raising."""
+        """All rounds; on failure, the reason goes to the run directory (and the trackers)
+        before raising."""
         try:
             return self._run()
         except (RunFailed, TimeoutError) as err:
@@ -64,6 +69,12 @@ class RoundDriver:
             )
             self.paths.failure.write_text(f"{err}{hint}\n")
             run_log.say(run_log.failed_line(f"{err}{hint}"))
+            if self.tracking is not None:
+                self.tracking.fail(FAILED, f"{err}{hint}")
+            raise
+        except Exception as err:  # a defect: Flower shows the traceback, the trackers a line
+            if self.tracking is not None:
+                self.tracking.fail(FAILED, f"{type(err).__name__}: {err}")
             raise
 
     def _run(self) -> dict:
@@ -76,6 +87,9 @@ class RoundDriver:
         start_round, elapsed_before = 1, 0.0
         if cfg.resume:
             arrays, start_round, elapsed_before = self._restore(arrays)
+        if chosen(cfg):
+            self.tracking = TrackedRun(cfg, self.paths.root)
+            self.tracking.catch_up(self.metrics.rows())  # resumed: rounds a tracker lacks
         self.strategy.connect(self.grid, say=run_log.say)
         started = time.monotonic()  # training time counts from round 1, the federation up
         last_eval: tuple[float, float] | None = None
@@ -93,6 +107,8 @@ class RoundDriver:
             row["wall_seconds"] = round(elapsed, 3)
             self.metrics.append(row)
             self._save(rnd, arrays, elapsed)
+            if self.tracking is not None:  # after the checkpoint: a round is tracked once
+                self.tracking.log_round(rnd, row)
             run_log.say(
                 run_log.round_line(
                     rnd,
@@ -224,6 +240,9 @@ class RoundDriver:
             self.paths.curve,
             title=f"{self.cfg.algorithm.name} on {self.cfg.dataset.name}",
         )
+        if self.tracking is not None:
+            paths = self.paths
+            self.tracking.finish(summary, [paths.curve, paths.metrics, paths.summary, paths.config])
         run_log.say(run_log.summary_line(summary))
         run_log.say(run_log.done_line(summary, self.paths.root))
         return summary

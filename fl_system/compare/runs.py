@@ -79,7 +79,7 @@ def find_runs(paths: Sequence[Path]) -> tuple[list[Run], list[str]]:
         if not path.is_dir():
             errors.append(f"{path}: no such directory")
             continue
-        found = [path] if is_run(path) else sorted(_runs_below(path))
+        found = [path] if is_run(path) else list(_runs_below(path))
         if not found:
             errors.append(
                 f"{path}: not a run directory and holds none (a run directory has "
@@ -94,4 +94,10 @@ def find_runs(paths: Sequence[Path]) -> tuple[list[Run], list[str]]:
 
 
 def _runs_below(root: Path) -> Iterable[Path]:
-    return (config.parent for config in root.rglob(CONFIG) if is_run(config.parent))
+    """Run directories under `root`, not searched further: what a run holds (W&B's offline
+    files keep copies of config.yaml and metrics.csv) is not another run."""
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        if is_run(folder):
+            yield folder
+        else:
+            yield from _runs_below(folder)

@@ -57,6 +57,7 @@ def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 RESTART_GRACE = 10.0  # seconds a restarted process must live for another restart
 STOP_GRACE = 10.0  # seconds a stopped process gets after SIGINT before SIGKILL
+ORPHAN_GRACE = 1.0  # seconds a helper in its own session gets to end by itself after that
 
 
 class Spawner(Protocol):
@@ -256,7 +257,8 @@ class ProcessGroup:
         tree: set[int] = set()
         for _, proc in self.procs:
             tree |= descendants(proc.pid)
-        groups = {proc.pid for _, proc in self.procs} | {g for g in map(_pgid, tree) if g}
+        signalled = {proc.pid for _, proc in self.procs}
+        groups = signalled | {g for g in map(_pgid, tree) if g}
         for _, proc in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGINT)
@@ -264,6 +266,8 @@ class ProcessGroup:
         for _, proc in self.procs if grace > 0 else []:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        if grace > 0:
+            _let_orphans_finish(tree - {p for p in tree if _pgid(p) in signalled})
         for group in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGKILL)
@@ -279,6 +283,15 @@ class ProcessGroup:
         self.procs.clear()
         self._copiers.clear()
         self._launches.clear()
+
+
+def _let_orphans_finish(detached: set[int], wait: float = ORPHAN_GRACE) -> None:
+    """Give helpers in sessions of their own, which no SIGINT reached, a moment to end by
+    themselves once their parent is gone: W&B's service writes the run's last records then,
+    and a SIGKILL would lose them."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and any(alive(pid) for pid in detached):
+        time.sleep(0.02)
 
 
 ANSI_CODES = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")

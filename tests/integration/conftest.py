@@ -212,3 +212,26 @@ class HandStartedFederation:
 
     def stop(self) -> None:
         self.procs.stop()
+
+
+def holding(folder: Path) -> list[int]:
+    """Processes with a file under `folder` open (the engine writes each member's log)."""
+    pids = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            targets = [os.readlink(fd) for fd in fd_dir.iterdir()]
+        except OSError:  # gone, or not ours to read
+            continue
+        if any(t.startswith(f"{folder}/") for t in targets):
+            pids.append(int(fd_dir.parent.name))
+    return pids
+
+
+def run_sweep(
+    args: list[str], sweep_dir: Path, env: dict[str, str], timeout: float = 400
+) -> list[Path]:
+    """A `-m` sweep that must succeed and leave no process behind; its members' directories."""
+    result = run_cli(["-m", *args, f"hydra.sweep.dir={sweep_dir}"], env, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not holding(sweep_dir), "a process of the sweep outlived fl-run"
+    return sorted(p for p in sweep_dir.iterdir() if p.is_dir())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -20,8 +19,15 @@ from fl_system.checkpoint import load_checkpoint
 from fl_system.evaluation import evaluate
 from fl_system.experiment import build_model
 from fl_system.launch.processes import alive, descendants
-from fl_system.results import MetricsLog
+from fl_system.results import MetricsLog, read_rows
 from tests.integration.conftest import FL_RUN, QUICK, interrupt_when, run_cli
+from tests.integration.tracked import ids as tracked_ids
+from tests.integration.tracked import (
+    mlflow_run,
+    tensorboard,
+    tensorboard_texts,
+    wandb_runs,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +42,9 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """A run stopped by Ctrl-C and resumed ends exactly where the uninterrupted run with the
-    same seed ends; another seed gives another history; every run has its own id."""
+    same seed ends; another seed gives another history; every run has its own id. Its
+    trackers show it killed, then continue the same tracked runs with only the rounds they
+    lack (tracking changes nothing trained: the end is the untracked run's)."""
     # the interrupt (polled every 0.2 s, sent after round 3) lands mid-run even at 0.03 s a round
     rounds = 60
     straight, broken, other = tmp_path / "straight", tmp_path / "broken", tmp_path / "other"
@@ -44,8 +52,10 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
 
+    store = tmp_path / "mlflow.db"
+    tracked = ["tracking=[mlflow,tensorboard,wandb]", f"tracking.uri=sqlite:///{store}"]
     stopped = interrupt_when(
-        [*args, f"hydra.run.dir={broken}"],
+        [*args, *tracked, f"hydra.run.dir={broken}"],
         cli_env,
         ready=lambda: len(_rows(broken)) >= 3,  # a few rounds in, well before the end
         sig=signal.SIGINT,
@@ -58,11 +68,19 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     assert "Traceback" not in (broken / "logs" / "serverapp.log").read_text()
     assert {r["failures"] for r in _rows(broken)} == {"0"}
     first_id = _run_id(broken)
+    killed = tracked_ids(broken)
+    assert {t["status"] for t in killed.values()} == {"killed"}
+    _, run = mlflow_run(store, broken)
+    assert run.info.status == "KILLED" and run.data.tags["error"] == "interrupted"
 
-    result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)
+    resumed_at = time.time() * 1000
+    result = run_cli(
+        [*args, *tracked, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     _assert_same_end(straight, broken, rounds)
     assert _run_id(broken) == first_id  # so clients find their saved state again
+    _assert_tracked_once(broken, store, killed, resumed_at, rounds)
 
     other_args = [*SIM, "partition=dirichlet", "seed=4", "num_rounds=3"]
     result = run_cli([*other_args, f"hydra.run.dir={other}"], cli_env)
@@ -82,6 +100,35 @@ def _assert_same_end(straight: Path, resumed: Path, rounds: int) -> None:
     assert _accuracies(straight) == _accuracies(resumed)
 
 
+def _assert_tracked_once(
+    run_dir: Path, store: Path, killed: dict[str, dict], resumed_at: float, rounds: int
+) -> None:
+    """Each tracker continued its run: every round once, the resumed process sending only the
+    rounds after those the tracker had (the checkpoint's, or one fewer if the stop fell
+    between checkpoint and tracking)."""
+    stopped_at = load_checkpoint(run_dir / "checkpoint.npz").round  # it ended: all rounds
+    assert stopped_at == rounds
+    client, run = mlflow_run(store, run_dir)
+    assert run.info.run_id == killed["mlflow"]["id"] and run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "test_accuracy")
+    assert [m.step for m in history] == list(range(1, rounds + 1))
+    later = [m.step for m in history if m.timestamp >= resumed_at]
+    assert later == list(range(killed["mlflow"]["round"] + 1, rounds + 1))
+
+    events = tensorboard(run_dir)
+    assert [e.step for e in events.Scalars("test_accuracy")] == list(range(1, rounds + 1))
+    assert tensorboard_texts(events, "status") == ["killed: interrupted", "finished"]
+
+    # offline, each process writes its own files of the one W&B run (`wandb sync` joins them):
+    # the killed ServerApp's, fl-run's mark, the resumed run's
+    interrupted, mark, resumed = wandb_runs(run_dir)
+    assert {interrupted.run_id, mark.run_id, resumed.run_id} == {killed["wandb"]["id"]}
+    assert sorted(interrupted.history) == list(range(1, killed["wandb"]["round"] + 1))
+    assert (mark.history, mark.exit_code, mark.summary["status"]) == ({}, 130, "killed")
+    assert sorted(resumed.history) == list(range(killed["wandb"]["round"] + 1, rounds + 1))
+    assert (resumed.exit_code, resumed.summary["status"]) == (0, "finished")
+
+
 def _run_id(run_dir: Path) -> str:
     run_id = OmegaConf.load(run_dir / "config.yaml").run_id
     assert isinstance(run_id, str) and len(run_id) == 16
@@ -90,11 +137,7 @@ def _run_id(run_dir: Path) -> str:
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:
     """metrics.csv's rows, read only (MetricsLog would also trim a line the run is writing)."""
-    path = run_dir / "metrics.csv"
-    if not path.exists():
-        return []
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    return read_rows(run_dir / "metrics.csv")
 
 
 def test_a_server_killed_mid_round_resumes_to_the_uninterrupted_model(

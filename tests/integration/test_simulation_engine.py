@@ -4,11 +4,8 @@ its two backends (forked workers, Ray) train alike."""
 from __future__ import annotations
 
 import csv
-import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,7 @@ from fl_system.checkpoint import load_checkpoint
 from fl_system.launch import LaunchError
 from fl_system.launch.simulation import EngineSettings, SimulationRuntime, _Engine
 
-from .conftest import QUICK, run_cli
+from .conftest import QUICK, run_cli, run_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -39,41 +36,14 @@ def _history(run_dir: Path) -> list[dict[str, str]]:
     ]
 
 
-def _holding(folder: Path) -> list[int]:
-    """Processes with a file under `folder` open (the engine writes each member's log)."""
-    pids = []
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        try:
-            targets = [os.readlink(fd) for fd in fd_dir.iterdir()]
-        except OSError:  # gone, or not ours to read
-            continue
-        if any(t.startswith(f"{folder}/") for t in targets):
-            pids.append(int(fd_dir.parent.name))
-    return pids
-
-
 def test_a_sweeps_members_end_exactly_as_separate_runs(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """Six members (three algorithms x two seeds) in one fl-run, one engine between them,
     then each as a separate fl-run: every round's metrics and the final model are equal,
-    and nothing of the sweep outlives fl-run. fl-compare reads the sweep back: one line per
-    algorithm, its means those of the members' summary.json."""
-    sweep_dir = tmp_path / "sweep"
-    result = run_cli(
-        [
-            "-m",
-            *ARGS,
-            f"algorithm={','.join(ALGORITHMS)}",
-            f"seed={','.join(map(str, SEEDS))}",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cli_env,
-        timeout=400,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert not _holding(sweep_dir), "a process of the sweep outlived fl-run"
-    members = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
+    and nothing of the sweep outlives fl-run."""
+    sweep = [*ARGS, f"algorithm={','.join(ALGORITHMS)}", f"seed={','.join(map(str, SEEDS))}"]
+    members = run_sweep(sweep, tmp_path / "sweep", cli_env)
     assert len(members) == len(ALGORITHMS) * len(SEEDS)
     for member in members:
         config = (member / "config.yaml").read_text()
@@ -85,31 +55,6 @@ def test_a_sweeps_members_end_exactly_as_separate_runs(
         )
         assert result.returncode == 0, result.stderr[-3000:]
         _assert_same_run(member, alone, rounds=3)
-    _assert_compared(sweep_dir, members, tmp_path / "compared.csv")
-
-
-def _assert_compared(sweep_dir: Path, members: list[Path], out: Path) -> None:
-    """fl-compare's CSV against the means of the members' own summaries, by hand."""
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "fl-compare"), str(sweep_dir), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    finals: dict[str, list[float]] = {}
-    for member in members:
-        name = next(a for a in ALGORITHMS if f"name: {a}\n" in (member / "config.yaml").read_text())
-        summary = json.loads((member / "summary.json").read_text())
-        finals.setdefault(name, []).append(summary["final_accuracy"])
-    with out.open(newline="") as handle:
-        table = {r["algorithm.name"]: r for r in csv.DictReader(handle)}
-    assert sorted(table) == sorted(ALGORITHMS)
-    for name, values in finals.items():
-        assert table[name]["seeds"] == "0 1" and table[name]["finished"] == "2"
-        assert float(table[name]["final_accuracy_mean"]) == pytest.approx(
-            sum(values) / len(values), abs=1e-12
-        )
 
 
 def test_the_ray_backend_trains_exactly_like_the_forked_workers(

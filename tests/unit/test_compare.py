@@ -88,6 +88,17 @@ def test_the_table_pools_seeds_and_its_means_are_the_summaries(sweep: Path) -> N
     assert (rows[2]["reached"], rows[2]["rounds_to_target_mean"]) == (1, 1.0)
 
 
+def test_what_a_run_directory_holds_is_not_another_run(sweep: Path) -> None:
+    """W&B's offline files keep copies of config.yaml and metrics.csv inside the run."""
+    member = sorted(sweep.iterdir())[0]
+    inner = member / "wandb" / "offline-run-1" / "files"
+    inner.mkdir(parents=True)
+    for name in ("config.yaml", "metrics.csv"):
+        (inner / name).write_bytes((member / name).read_bytes())
+    runs, errors = find_runs([sweep])
+    assert errors == [] and sorted(r.path for r in runs) == sorted(sweep.iterdir())
+
+
 def test_the_terminal_table_and_the_markdown_and_csv_files(
     sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -46,6 +46,11 @@ def test_an_unknown_option_names_the_key_and_the_choices() -> None:
     [
         (["algorithm=nosuch"], "algorithm=nosuch: no such option; choose one of efl, fedacg,"),
         (["seed=1", "dataset=mnist5k,cifar11"], "dataset=cifar11: no such option; choose one"),
+        (
+            ["tracking=[mlflow,tensorbord]"],
+            "tracking=tensorbord: no such option; choose one of mlflow, tensorboard, wandb",
+        ),
+        (["tracking=[mlflow],[wandb,tb]"], "tracking=tb: no such option; choose one of"),
     ],
 )
 def test_an_unknown_group_option_is_one_line_with_the_choices(overrides, message) -> None:
@@ -72,6 +77,7 @@ def test_quoted_values_lists_sweeps_and_flags_read() -> None:
 
 def test_known_options_and_sweeps_pass() -> None:
     check_choices(["algorithm=fedavg,fedprox", "dataset=digits", "num_rounds=3"], CONF_DIR)
+    check_choices(["tracking=[mlflow,wandb]", "tracking=[]", "tracking=tensorboard"], CONF_DIR)
 
 
 @pytest.mark.parametrize(
@@ -87,6 +93,10 @@ def test_known_options_and_sweeps_pass() -> None:
             "algorithm=fedprox and algorithm=moon have it",
         ),
         (["num_roundz=3"], "num_roundz: no such setting; did you mean num_rounds?"),
+        (
+            ["tracking.uri=x"],
+            "tracking.uri: tracking=[] has no setting 'uri'; tracking=mlflow has it",
+        ),
     ],
 )
 def test_a_key_the_config_lacks_says_where_it_lives(overrides, message) -> None:

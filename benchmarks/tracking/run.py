@@ -1,0 +1,146 @@
+"""What `tracking=mlflow` costs a run: seconds per round with and without it, on the README's
+default command and on a 100-client simulation, and the tracking calls' own time per round.
+
+Each setting runs --repeats times per arm, the arms alternating (untracked, tracked, tracked,
+untracked, ...) so that a drift of the machine's speed falls on both; one invocation, one
+machine. A round's seconds are the differences of metrics.csv's `wall_seconds` from round 2
+on (a round's tracking happens after its row, so it counts in the next round's time; round
+1 also holds the first messages' set-up). The end-to-end ratio is as noisy as the machine;
+the replay measures the tracking calls alone: the tracked run's own rows logged again
+through `TrackedRun` (what the round driver calls: MLflow's log_batch and tracking.json)
+into a fresh store, timed per round.
+
+    python -m benchmarks.tracking.run [--repeats 3] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf, open_dict
+
+from benchmarks.harness.fl_run import cpu_model, run_fl
+from benchmarks.harness.paths import invocation, report_path
+from fl_system.launch.processes import tool_env
+from fl_system.results import read_rows
+from fl_system.tracking.session import TrackedRun
+
+STUDY = "tracking"
+SETTINGS = {
+    "default command (runtime=local, 4 clients, 5 rounds)": [],
+    "simulation, 100 clients, 5 rounds": ["runtime=simulation", "num_clients=100"],
+}
+TIMEOUT = 900
+
+
+def round_seconds(run_dir: Path) -> list[float]:
+    walls = [float(r["wall_seconds"]) for r in read_rows(run_dir / "metrics.csv")]
+    return [b - a for a, b in itertools.pairwise(walls)]
+
+
+def one_run(overrides: list[str], tracked: bool, work: Path, label: str) -> dict:
+    run_dir = work / label
+    args = [*overrides, f"hydra.run.dir={run_dir}"]
+    if tracked:
+        args += ["tracking=mlflow", f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
+    began = time.monotonic()
+    run_fl(["fl-run", *args], work / f"{label}.out", TIMEOUT, tool_env(), cwd=work)
+    return {
+        "in_all": time.monotonic() - began,
+        "rounds": round_seconds(run_dir),
+        "run_dir": str(run_dir),
+    }
+
+
+def replay(run_dir: Path, work: Path) -> list[float]:
+    """The tracked run's rows, logged again through TrackedRun into a fresh store: seconds
+    per round of the calls alone."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    target = work / "replay"
+    target.mkdir()
+    with open_dict(cfg):
+        cfg.tracking.uri = f"sqlite:///{work / 'replay.db'}"
+        cfg.run_dir, cfg.resume = str(target), False
+    tracked = TrackedRun(cfg, target, say=print)
+    spent = []
+    for row in read_rows(run_dir / "metrics.csv"):
+        began = time.perf_counter()
+        tracked.log_round(int(row["round"]), row)
+        spent.append(time.perf_counter() - began)
+    tracked.fail("killed", "replay only")
+    return spent
+
+
+def measure(overrides: list[str], repeats: int, work: Path) -> dict:
+    arms: dict[str, list[dict]] = {"untracked": [], "tracked": []}
+    for i in range(repeats):
+        order = ("untracked", "tracked") if i % 2 == 0 else ("tracked", "untracked")
+        for arm in order:
+            print(f"  {arm} #{i + 1}", flush=True)
+            arms[arm].append(one_run(overrides, arm == "tracked", work, f"{arm}-{i}"))
+    calls = replay(Path(arms["tracked"][0]["run_dir"]), work)
+    return {"arms": arms, "replay": calls}
+
+
+def _median_round(runs: list[dict]) -> float:
+    return statistics.median(s for run in runs for s in run["rounds"])
+
+
+def render(results: dict[str, dict], repeats: int) -> str:
+    lines = [
+        "# What tracking=mlflow costs a run",
+        "",
+        f"`{invocation(STUDY)} --repeats {repeats}`, {dt.date.today()}, {cpu_model()}; "
+        "all numbers from this one invocation, arms alternating.",
+        "",
+        "| setting | s/round untracked | s/round tracked | ratio | in all untracked | "
+        "in all tracked | tracking calls per round | share of a round |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        plain, tracked = result["arms"]["untracked"], result["arms"]["tracked"]
+        base, with_tracking = _median_round(plain), _median_round(tracked)
+        calls = statistics.median(result["replay"][1:])  # the first holds the first insert
+        lines.append(
+            f"| {name} | {base:.3f} | {with_tracking:.3f} | {with_tracking / base:.3f} | "
+            f"{statistics.median(r['in_all'] for r in plain):.1f} s | "
+            f"{statistics.median(r['in_all'] for r in tracked):.1f} s | "
+            f"{calls * 1000:.1f} ms | {100 * calls / base:.2f} % |"
+        )
+    lines += [
+        "",
+        "s/round: the median over repeats and rounds 2..N of metrics.csv's wall_seconds "
+        "differences. Tracking calls: the median over rounds 2..N of `TrackedRun.log_round` "
+        "(MLflow's log_batch into a SQLite store, then tracking.json) replaying the tracked "
+        "run's rows; share of a round: that over the untracked s/round. In all: fl-run's "
+        "process from start to exit, start-up included (the tracked run opens its MLflow run, "
+        "and on a new store creates its tables, before round 1).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog=invocation(STUDY), description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=report_path(STUDY))
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:
+        for i, (name, overrides) in enumerate(SETTINGS.items()):
+            print(name, flush=True)
+            work = Path(tmp) / f"setting-{i}"
+            work.mkdir()
+            results[name] = measure(overrides, args.repeats, work)
+    args.out.write_text(render(results, args.repeats))
+    print(f"report: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""MLflow: one MLflow run per fl_system run, through MlflowClient (no global active run, so a
+sweep's members in one process never share state).
+
+A -m sweep's members nest under one parent run named after the sweep (found by a tag, made by
+the first member), in the experiment each member logs to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from fl_system.tracking.base import FAILED, FINISHED, KILLED, RunInfo, Tracker, summary_scalars
+
+_STATUS = {FINISHED: "FINISHED", FAILED: "FAILED", KILLED: "KILLED"}
+_SWEEP_TAG, _ROLE_TAG = "fl_system.sweep", "fl_system.role"
+_BATCH = 100  # MLflow's limit of params (or tags) in one log_batch
+_METRIC_BATCH = 1000
+_VALUE_LENGTH = 6000  # MLflow's longest param value
+_NOTE = "mlflow.note.content"  # the run's description in the UI
+
+
+class MlflowTracker(Tracker):
+    name = "mlflow"
+
+    def __init__(self, uri: str, experiment: str | None = None) -> None:
+        # An unreachable server fails in seconds, not after MLflow's default ~2 min of retries
+        # (the run goes on without it); the environment still overrides both.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        self.uri = uri
+        self.experiment = experiment
+        self.client = MlflowClient(tracking_uri=uri)
+        self.run_id: str | None = None
+
+    def start(self, run: RunInfo, previous: str | None) -> str:
+        if previous is not None:  # resume: the same MLflow run, running again
+            self.client.update_run(previous, status="RUNNING")
+            self.run_id = previous
+            return previous
+        experiment_id = self._experiment(self.experiment or f"fl_system/{run.dataset}")
+        tags = {**run.tags}
+        if run.sweep is not None:
+            tags[_SWEEP_TAG] = run.sweep
+            tags["mlflow.parentRunId"] = self._sweep_parent(experiment_id, run.sweep)
+        created = self.client.create_run(experiment_id, run_name=run.name, tags=tags)
+        self.run_id = created.info.run_id
+        params = [Param(k, str(v)[:_VALUE_LENGTH]) for k, v in run.params.items()]
+        for at in range(0, len(params), _BATCH):
+            self.client.log_batch(self.run_id, params=params[at : at + _BATCH])
+        return self.run_id
+
+    def log_round(self, step: int, metrics: Mapping[str, float]) -> None:
+        now = int(time.time() * 1000)
+        batch = [Metric(k, v, now, step) for k, v in metrics.items()]
+        for at in range(0, len(batch), _METRIC_BATCH):
+            self.client.log_batch(self._id, metrics=batch[at : at + _METRIC_BATCH])
+
+    def log_summary(self, summary: Mapping[str, Any], step: int) -> None:
+        now = int(time.time() * 1000)
+        batch = [Metric(f"summary.{k}", v, now, step) for k, v in summary_scalars(summary).items()]
+        for at in range(0, len(batch), _METRIC_BATCH):
+            self.client.log_batch(self._id, metrics=batch[at : at + _METRIC_BATCH])
+
+    def log_files(self, files: list[Path]) -> None:
+        for path in files:
+            self.client.log_artifact(self._id, str(path))
+
+    def end(self, status: str, error: str | None) -> None:
+        self._close(self._id, status, error)
+
+    def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
+        self._close(run_id, status, error)
+
+    # -------------------------------------------------------------------------------------
+    @property
+    def _id(self) -> str:
+        assert self.run_id is not None, "start() first"
+        return self.run_id
+
+    def _close(self, run_id: str, status: str, error: str | None) -> None:
+        if error:
+            self.client.log_batch(
+                run_id, tags=[RunTag("error", error[:_VALUE_LENGTH]), RunTag(_NOTE, error)]
+            )
+        self.client.set_terminated(run_id, status=_STATUS[status])
+
+    def _experiment(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        return self.client.create_experiment(name, artifact_location=self._artifacts(name))
+
+    def _artifacts(self, experiment: str) -> str | None:
+        """Beside a SQLite store (MLflow's default is ./mlruns of whichever folder the
+        ServerApp runs in); a tracking server keeps its own."""
+        if not self.uri.startswith("sqlite:///"):
+            return None
+        store = Path(self.uri.removeprefix("sqlite:///"))
+        return (store.parent / "mlartifacts" / experiment.replace("/", "_")).as_uri()
+
+    def _sweep_parent(self, experiment_id: str, sweep: str) -> str:
+        """The sweep's parent run in this experiment: made by its first member."""
+        key = hashlib.sha1(sweep.encode()).hexdigest()[:16]
+        found = self.client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{_ROLE_TAG}` = 'sweep' and tags.`{_SWEEP_TAG}.key` = '{key}'",
+            max_results=1,
+        )
+        if found:
+            return found[0].info.run_id
+        name = f"sweep {Path(sweep).parent.name}/{Path(sweep).name}"
+        parent = self.client.create_run(
+            experiment_id,
+            run_name=name,
+            tags={_ROLE_TAG: "sweep", _SWEEP_TAG: sweep, f"{_SWEEP_TAG}.key": key},
+        )
+        # a folder, not a run that trains: it is done as soon as it holds its members
+        self.client.set_terminated(parent.info.run_id, status="FINISHED")
+        return parent.info.run_id

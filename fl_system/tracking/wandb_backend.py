@@ -1,0 +1,92 @@
+"""Weights & Biases: offline by default (no account, no network; `wandb sync` uploads later),
+online after `wandb login` with `tracking.wandb.mode=online`.
+
+The W&B run id is fl-run's run id, so a resumed run continues the same W&B run; a -m sweep's
+members form one group, named after the sweep's folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import wandb
+
+from fl_system.tracking.base import FINISHED, KILLED, RunInfo, Tracker
+
+_EXIT = {FINISHED: 0, KILLED: 130}  # anything else: 1
+_FLUSH_SECONDS = 0.1
+
+
+class WandbTracker(Tracker):
+    name = "wandb"
+
+    def __init__(
+        self, mode: str = "offline", project: str = "fl_system", entity: str | None = None
+    ) -> None:
+        self.mode = mode
+        self.project = project
+        self.entity = entity
+        self.run: Any = None
+
+    def start(self, run: RunInfo, previous: str | None) -> str:
+        self.run = self._init(run, previous)
+        return self.run.id
+
+    def log_round(self, step: int, metrics: Mapping[str, float]) -> None:
+        # committed now: W&B otherwise holds a step's row until the next step arrives
+        self.run.log(dict(metrics), step=step, commit=True)
+
+    def log_summary(self, summary: Mapping[str, Any], step: int) -> None:
+        self.run.summary.update({f"summary/{k}": v for k, v in summary.items()})
+
+    def log_files(self, files: list[Path]) -> None:
+        for path in files:
+            self.run.save(str(path), base_path=str(path.parent), policy="now")
+
+    def end(self, status: str, error: str | None) -> None:
+        _close(self.run, status, error)
+        self.run = None
+
+    def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
+        _close(self._init(run, run_id), status, error)
+
+    def _init(self, run: RunInfo, previous: str | None) -> Any:
+        os.environ.setdefault("WANDB_SILENT", "true")
+        return wandb.init(
+            project=self.project,
+            entity=self.entity,
+            id=previous or run.run_id,
+            name=run.name,
+            group=_group(run.sweep),
+            tags=[f"{k}:{v}"[:64] for k, v in run.tags.items()],
+            config=run.params,
+            dir=str(run.run_dir),
+            mode=self.mode,
+            resume="allow",
+            reinit="create_new",  # a sweep's members in one process: one run each
+            settings=wandb.Settings(
+                console="off",
+                x_disable_stats=True,
+                silent=True,
+                # offline, the run file is written every 15 s by default: a run stopped hard
+                # (Ctrl-C, a crash) would lose up to 15 s of rounds in it
+                x_transaction_log_flush_interval=_FLUSH_SECONDS,
+            ),
+        )
+
+
+def _group(sweep: str | None) -> str | None:
+    return None if sweep is None else f"{Path(sweep).parent.name}/{Path(sweep).name}"
+
+
+def _close(run: Any, status: str, error: str | None) -> None:
+    run.summary["status"] = status
+    if error:
+        run.summary["error"] = error
+    run.finish(exit_code=_EXIT.get(status, 1))
+    # W&B's service process would outlive the run's own processes by seconds (it notices its
+    # parent is gone by polling); a sweep's next member starts a new one
+    wandb.teardown()

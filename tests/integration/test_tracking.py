@@ -1,0 +1,214 @@
+"""Tracking against the real packages: a 3 x 3 sweep logged to MLflow (SQLite store),
+TensorBoard and W&B (offline), read back with each one's own reader, grouped, and compared by
+fl-compare; a tracking server that cannot be reached; a tracker whose package is missing.
+(A killed and resumed tracked run: test_simulation.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from fl_system.launch.processes import free_port
+from fl_system.results import read_rows
+from tests.integration.conftest import QUICK, run_cli, run_sweep
+from tests.integration.tracked import (
+    ids,
+    mlflow_run,
+    mlflow_steps,
+    tensorboard,
+    tensorboard_texts,
+    wandb_runs,
+)
+
+pytestmark = pytest.mark.integration
+
+ALGORITHMS = ("fedavg", "fedprox", "scaffold")
+SEEDS = (0, 1, 2)
+ROUNDS = 3
+ARGS = [*QUICK, "runtime=simulation", f"num_rounds={ROUNDS}"]
+EVERY_TRACKER = "tracking=[mlflow,tensorboard,wandb]"
+
+
+def test_a_tracked_sweep_is_logged_grouped_and_compared(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Nine members, each logged alike to the three trackers (every metrics.csv column per
+    round, params, tags, summary, files, status), grouped by sweep in each; fl-compare's
+    table holds the means of the nine summary.json files and its plot is a PNG."""
+    sweep_dir, store = tmp_path / "sweep", tmp_path / "mlflow.db"
+    sweep = [*ARGS, EVERY_TRACKER, f"tracking.uri=sqlite:///{store}"]
+    sweep += [f"algorithm={','.join(ALGORITHMS)}", f"seed={','.join(map(str, SEEDS))}"]
+    members = run_sweep(sweep, sweep_dir, cli_env)
+    assert len(members) == len(ALGORITHMS) * len(SEEDS)
+
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("fl_system/digits")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("fl_system.role") == "sweep"]
+    assert len(parents) == 1 and parents[0].data.tags["fl_system.sweep"] == str(sweep_dir)
+    nested = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert sorted(r.info.run_name for r in nested) == [m.name for m in members]
+    for member in members:
+        _assert_mlflow(member, store)
+        _assert_tensorboard(member)
+        _assert_wandb(member, group=f"{tmp_path.name}/sweep")
+    _assert_compared(sweep_dir, members, tmp_path)
+
+
+def _logged_columns(member: Path) -> dict[str, list[float]]:
+    """metrics.csv's numeric columns, as every tracker names them (per-client under client/)."""
+    rows = read_rows(member / "metrics.csv")
+    assert [r["round"] for r in rows] == [str(r) for r in range(1, ROUNDS + 1)]
+    columns = {}
+    for key in rows[0]:
+        if key != "round" and all(r[key] != "" for r in rows):
+            name = f"client/{key}" if key in ("weight_0", "weight_1") else key
+            columns[name] = [float(r[key]) for r in rows]
+    assert {"test_accuracy", "bytes_up", "client/weight_0"} <= set(columns)
+    return columns
+
+
+def _assert_mlflow(member: Path, store: Path) -> None:
+    client, run = mlflow_run(store, member)
+    config = OmegaConf.load(member / "config.yaml")
+    summary = json.loads((member / "summary.json").read_text())
+    assert run.info.status == "FINISHED" and run.info.run_name == member.name
+    for key, values in _logged_columns(member).items():
+        history = client.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in history] == list(range(1, ROUNDS + 1)), key
+        assert [m.value for m in history] == pytest.approx(values, rel=1e-12), key
+    assert mlflow_steps(client, run, "summary.final_accuracy") == [ROUNDS]
+    assert run.data.metrics["summary.final_accuracy"] == summary["final_accuracy"]
+    params = run.data.params
+    assert params["algorithm.name"] == config.algorithm.name
+    assert params["seed"] == str(config.seed) and params["train.lr"] == str(config.train.lr)
+    tags = run.data.tags
+    assert (tags["algorithm"], tags["dataset"], tags["runtime"], tags["seed"]) == (
+        config.algorithm.name,
+        "digits",
+        "simulation",
+        str(config.seed),
+    )
+    assert tags["run_id"] == config.run_id
+    files = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert files == {"config.yaml", "curve.png", "metrics.csv", "summary.json"}
+
+
+def _assert_tensorboard(member: Path) -> None:
+    events = tensorboard(member)
+    for key, values in _logged_columns(member).items():
+        scalars = events.Scalars(key)
+        assert [e.step for e in scalars] == list(range(1, ROUNDS + 1)), key
+        assert [e.value for e in scalars] == pytest.approx(values, rel=1e-6), key  # float32
+    summary = json.loads((member / "summary.json").read_text())
+    final = events.Scalars("summary/final_accuracy")
+    assert [e.step for e in final] == [ROUNDS]
+    assert final[0].value == pytest.approx(summary["final_accuracy"], rel=1e-6)
+    assert tensorboard_texts(events, "status") == ["finished"]
+    name = OmegaConf.load(member / "config.yaml").algorithm.name
+    assert f"- algorithm: {name}" in tensorboard_texts(events, "tags")[0]
+
+
+def _assert_wandb(member: Path, group: str) -> None:
+    (run,) = wandb_runs(member)
+    assert run.run_id == OmegaConf.load(member / "config.yaml").run_id and run.group == group
+    assert sorted(run.history) == list(range(1, ROUNDS + 1))
+    for key, values in _logged_columns(member).items():
+        assert [run.history[s][key] for s in sorted(run.history)] == pytest.approx(values), key
+    summary = json.loads((member / "summary.json").read_text())
+    assert run.summary["summary/final_accuracy"] == summary["final_accuracy"]
+    assert (run.exit_code, run.summary["status"]) == (0, "finished")
+
+
+def _assert_compared(sweep_dir: Path, members: list[Path], tmp_path: Path) -> None:
+    """fl-compare's CSV against the means of the members' own summaries, by hand."""
+    out, plot = tmp_path / "compared.csv", tmp_path / "compared.png"
+    fl_compare = str(Path(sys.executable).parent / "fl-compare")
+    done = subprocess.run(
+        [fl_compare, str(sweep_dir), "--out", str(out), "--plot", str(plot)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    by_hand: dict[str, dict[str, list[float]]] = {}
+    for member in members:
+        name = OmegaConf.load(member / "config.yaml").algorithm.name
+        summary = json.loads((member / "summary.json").read_text())
+        for key in ("final_accuracy", "best_accuracy"):
+            by_hand.setdefault(name, {}).setdefault(key, []).append(summary[key])
+    table = {r["algorithm.name"]: r for r in read_rows(out)}
+    assert sorted(table) == sorted(ALGORITHMS)
+    for name, values in by_hand.items():
+        assert table[name]["seeds"] == "0 1 2" and table[name]["finished"] == "3"
+        for key, seeds in values.items():
+            assert float(table[name][f"{key}_mean"]) == pytest.approx(
+                sum(seeds) / len(seeds), abs=1e-12
+            )
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.image.imread(plot).ndim == 3  # a readable image, not only a header
+
+
+def test_a_tracker_that_cannot_be_reached_warns_once_and_the_run_completes(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A closed port as MLflow's server: one warning naming it, the run and its files
+    complete, the other tracker unaffected."""
+    run_dir, port = tmp_path / "run", free_port()
+    result = run_cli(
+        [
+            *ARGS,
+            "tracking=[mlflow,tensorboard]",
+            f"tracking.uri=http://127.0.0.1:{port}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cli_env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "tracking=mlflow failed" in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
+    assert "the run goes on without it" in warnings[0]
+    assert len(read_rows(run_dir / "metrics.csv")) == ROUNDS
+    assert (run_dir / "summary.json").is_file() and (run_dir / "curve.png").is_file()
+    assert set(ids(run_dir)) == {"tensorboard"}
+    steps = [e.step for e in tensorboard(run_dir).Scalars("test_accuracy")]
+    assert steps == list(range(1, ROUNDS + 1))
+
+
+def test_a_tracker_whose_package_is_missing_is_one_line_before_anything_starts(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """fl-run where `import wandb` fails, as without the extra: exit 2, one line naming it."""
+    run_dir = tmp_path / "run"
+    without_wandb = (
+        "import sys; sys.modules['wandb'] = None; from fl_system.cli import main; main()"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            without_wandb,
+            *ARGS,
+            "tracking=[tensorboard,wandb]",
+            f"hydra.run.dir={run_dir}",
+        ],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "fl-run: error: tracking=wandb needs the wandb package: pip install -e '.[tracking]'"
+    ]
+    assert not run_dir.exists() and not (tmp_path / "mlflow.db").exists()
