@@ -8,7 +8,8 @@ on (a round's tracking happens after its row, so it counts in the next round's t
 1 also holds the first messages' set-up). The end-to-end ratio is as noisy as the machine;
 the replay measures the tracking calls alone: the tracked run's own rows logged again
 through `TrackedRun` (what the round driver calls: MLflow's log_batch and tracking.json)
-into a fresh store, timed per round.
+into a fresh store, timed per round (the calls run on a tracking thread beside the driver,
+which only hands each round over, so this is work that overlaps the rounds, not a wait).
 
     python -m benchmarks.tracking.run [--repeats 3] [--out PATH]
 """
@@ -32,9 +33,16 @@ from fl_system.results import read_rows
 from fl_system.tracking.session import TrackedRun
 
 STUDY = "tracking"
+# 20 rounds, not the default 5: a local round's seconds jump between ~1 and ~4 s with the
+# moments the SuperNodes poll, and only many rounds average that out
+ROUNDS = 20
 SETTINGS = {
-    "default command (runtime=local, 4 clients, 5 rounds)": [],
-    "simulation, 100 clients, 5 rounds": ["runtime=simulation", "num_clients=100"],
+    f"default command (runtime=local, 4 clients), {ROUNDS} rounds": [f"num_rounds={ROUNDS}"],
+    f"simulation, 100 clients, {ROUNDS} rounds": [
+        "runtime=simulation",
+        "num_clients=100",
+        f"num_rounds={ROUNDS}",
+    ],
 }
 TIMEOUT = 900
 
@@ -72,6 +80,7 @@ def replay(run_dir: Path, work: Path) -> list[float]:
     for row in read_rows(run_dir / "metrics.csv"):
         began = time.perf_counter()
         tracked.log_round(int(row["round"]), row)
+        tracked.flush()  # the calls run on the tracking thread: wait for them
         spent.append(time.perf_counter() - began)
     tracked.fail("killed", "replay only")
     return spent
@@ -88,8 +97,10 @@ def measure(overrides: list[str], repeats: int, work: Path) -> dict:
     return {"arms": arms, "replay": calls}
 
 
-def _median_round(runs: list[dict]) -> float:
-    return statistics.median(s for run in runs for s in run["rounds"])
+def _rounds(runs: list[dict]) -> tuple[float, float]:
+    """Mean seconds per round over every run and round 2..N, and its 95 % half-width."""
+    values = [s for run in runs for s in run["rounds"]]
+    return statistics.fmean(values), 1.96 * statistics.stdev(values) / len(values) ** 0.5
 
 
 def render(results: dict[str, dict], repeats: int) -> str:
@@ -105,20 +116,23 @@ def render(results: dict[str, dict], repeats: int) -> str:
     ]
     for name, result in results.items():
         plain, tracked = result["arms"]["untracked"], result["arms"]["tracked"]
-        base, with_tracking = _median_round(plain), _median_round(tracked)
+        (base, base_ci), (with_tracking, with_ci) = _rounds(plain), _rounds(tracked)
         calls = statistics.median(result["replay"][1:])  # the first holds the first insert
         lines.append(
-            f"| {name} | {base:.3f} | {with_tracking:.3f} | {with_tracking / base:.3f} | "
+            f"| {name} | {base:.3f} ± {base_ci:.3f} | {with_tracking:.3f} ± {with_ci:.3f} | "
+            f"{with_tracking / base:.3f} | "
             f"{statistics.median(r['in_all'] for r in plain):.1f} s | "
             f"{statistics.median(r['in_all'] for r in tracked):.1f} s | "
             f"{calls * 1000:.1f} ms | {100 * calls / base:.2f} % |"
         )
     lines += [
         "",
-        "s/round: the median over repeats and rounds 2..N of metrics.csv's wall_seconds "
-        "differences. Tracking calls: the median over rounds 2..N of `TrackedRun.log_round` "
+        "s/round: the mean over repeats and rounds 2..N of metrics.csv's wall_seconds "
+        "differences, ± its 95 % half-width (1.96 standard errors). Tracking calls: the "
+        "median over rounds 2..N of `TrackedRun.log_round` and its flush "
         "(MLflow's log_batch into a SQLite store, then tracking.json) replaying the tracked "
-        "run's rows; share of a round: that over the untracked s/round. In all: fl-run's "
+        "run's rows; share of a round: that over the untracked s/round, the CPU time the "
+        "calls take, on a thread of their own beside the round driver's. In all: fl-run's "
         "process from start to exit, start-up included (the tracked run opens its MLflow run, "
         "and on a new store creates its tables, before round 1).",
         "",

@@ -7,6 +7,9 @@ directory's own files are complete either way.
 
 from __future__ import annotations
 
+import functools
+import queue
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,19 +61,68 @@ def _error_line(err: BaseException) -> str:
 
 class TrackedRun:
     """The chosen trackers of the run the driver is running, started (or, on resume,
-    continued) when it is built."""
+    continued) when it is built, before round 1.
+
+    Every tracker call runs on one thread of its own, in order: the driver hands a round over
+    and goes on (the calls overlap the next round's waiting for clients), and `finish` and
+    `fail` return once everything handed over is done. A round handed over but not yet logged
+    when the process is killed is not in tracking.json, so a resumed run sends it.
+    """
 
     def __init__(self, cfg: DictConfig, run_dir: Path, say: Say = run_log.say) -> None:
         self.run = run_info(cfg, run_dir)
         self.say = say
         self.trackers: dict[str, Tracker] = {}
         self.entries: dict[str, Entry] = record.load(run_dir) if cfg.resume else {}
-        for name, node in chosen(cfg).items():
+        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        threading.Thread(target=self._serve, name="tracking", daemon=True).start()
+        self._submit(self._open, chosen(cfg))
+        self.flush()  # the tracked runs exist (or their warnings are out) before round 1
+
+    def catch_up(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """The saved rounds a tracker has not received (a run resumed after a stop between
+        its checkpoint and its tracking, or a tracker added on resume)."""
+        for row in rows:
+            self.log_round(int(float(row["round"])), row)
+
+    def log_round(self, rnd: int, row: Mapping[str, Any]) -> None:
+        self._submit(self._log_round, rnd, round_metrics(row))
+
+    def finish(self, summary: Mapping[str, Any], files: Sequence[Path]) -> None:
+        """The summary, the run's files and FINISHED."""
+        self._submit(self._finish, dict(summary), [f for f in files if f.exists()])
+        self._end()
+
+    def fail(self, status: str, error: str) -> None:
+        """FAILED (or KILLED) with the error line; the files logged so far stay."""
+        self._submit(self._fail, status, error)
+        self._end()
+
+    def flush(self) -> None:
+        """Wait until every call handed over so far is done."""
+        self._jobs.join()
+
+    def _end(self) -> None:
+        """Wait for the last calls, then let the thread go (a warm engine runs a sweep's
+        members one after another in one process)."""
+        self.flush()
+        self._jobs.put(None)
+
+    # ----- on the tracking thread --------------------------------------------------------
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            finally:
+                self._jobs.task_done()
+
+    def _submit(self, action: Callable[..., None], *args: Any) -> None:
+        self._jobs.put(functools.partial(action, *args))
+
+    def _open(self, nodes: Mapping[str, DictConfig]) -> None:
+        for name, node in nodes.items():
             self._guard(name, self._start, name, node)
         self._save()
-
-    def __bool__(self) -> bool:
-        return bool(self.trackers)
 
     def _start(self, name: str, node: DictConfig) -> None:
         tracker = build(node, label=f"tracking={name}")
@@ -83,31 +135,21 @@ class TrackedRun:
         else:
             previous.status = RUNNING
 
-    def catch_up(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """The saved rounds a tracker has not received (a run resumed after a stop between
-        its checkpoint and its tracking, or a tracker added on resume)."""
-        for row in rows:
-            self.log_round(int(float(row["round"])), row)
-
-    def log_round(self, rnd: int, row: Mapping[str, Any]) -> None:
-        metrics = round_metrics(row)
+    def _log_round(self, rnd: int, metrics: Mapping[str, float]) -> None:
         for name, tracker in list(self.trackers.items()):
             owed = self.entries[name].round < rnd
             if owed and self._guard(name, tracker.log_round, rnd, metrics):
                 self.entries[name].round = rnd
         self._save()
 
-    def finish(self, summary: Mapping[str, Any], files: Sequence[Path]) -> None:
-        """The summary, the run's files and FINISHED."""
+    def _finish(self, summary: Mapping[str, Any], files: list[Path]) -> None:
         last = max((e.round for e in self.entries.values()), default=0)
-        present = [f for f in files if f.exists()]
         for name, tracker in list(self.trackers.items()):
-            if self._guard(name, _close, tracker, summary, last, present):
+            if self._guard(name, _close, tracker, summary, last, files):
                 self.entries[name].status = FINISHED
         self._save()
 
-    def fail(self, status: str, error: str) -> None:
-        """FAILED (or KILLED) with the error line; the files logged so far stay."""
+    def _fail(self, status: str, error: str) -> None:
         for name, tracker in list(self.trackers.items()):
             if self._guard(name, tracker.end, status, error):
                 self.entries[name].status = status

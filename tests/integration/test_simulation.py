@@ -214,16 +214,24 @@ def test_gsnr_with_one_client_trains_exactly_like_its_baseline(
 
 
 def test_a_diverged_run_stops_with_one_clear_error(tmp_path: Path, cli_env) -> None:
-    """NaN models are not averaged into the global model; the run stops and says why."""
-    run_dir = tmp_path / "nan"
-    result = run_cli([*SIM, "num_rounds=3", "train.lr=1e30", f"hydra.run.dir={run_dir}"], cli_env)
+    """NaN models are not averaged into the global model; the run stops and says why, and
+    its tracked run ends FAILED with that line."""
+    run_dir, store = tmp_path / "nan", tmp_path / "mlflow.db"
+    tracked = ["tracking=[mlflow,tensorboard]", f"tracking.uri=sqlite:///{store}"]
+    result = run_cli(
+        [*SIM, "num_rounds=3", "train.lr=1e30", *tracked, f"hydra.run.dir={run_dir}"], cli_env
+    )
     assert result.returncode == 1
     assert (
         "fl-run: error: round 1: 0 usable replies of 2 sent (partitions 0, 1: local model has "
         "NaN or inf in " in result.stderr
     )
     assert "Traceback" not in result.stderr
-    assert (run_dir / "failure.txt").read_text().startswith("round 1: 0 usable replies")
+    reason = (run_dir / "failure.txt").read_text().strip()
+    assert reason.startswith("round 1: 0 usable replies")
+    _, run = mlflow_run(store, run_dir)
+    assert (run.info.status, run.data.tags["error"]) == ("FAILED", reason)
+    assert tensorboard_texts(tensorboard(run_dir), "status") == [f"failed: {reason}"]
 
 
 def test_a_malicious_client_is_refused_each_round_and_the_run_goes_on(

@@ -34,6 +34,12 @@ SEEDS = (0, 1, 2)
 ROUNDS = 3
 ARGS = [*QUICK, "runtime=simulation", f"num_rounds={ROUNDS}"]
 EVERY_TRACKER = "tracking=[mlflow,tensorboard,wandb]"
+CLIENT_EVAL = (
+    "client_acc_global",
+    "client_acc_global_worst10",
+    "client_acc_local",
+    "client_acc_local_worst10",
+)
 
 
 def test_a_tracked_sweep_is_logged_grouped_and_compared(
@@ -161,13 +167,14 @@ def test_a_tracker_that_cannot_be_reached_warns_once_and_the_run_completes(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """A closed port as MLflow's server: one warning naming it, the run and its files
-    complete, the other tracker unaffected."""
+    complete, the other tracker unaffected (and given the per-client evaluation too)."""
     run_dir, port = tmp_path / "run", free_port()
     result = run_cli(
         [
             *ARGS,
             "tracking=[mlflow,tensorboard]",
             f"tracking.uri=http://127.0.0.1:{port}",
+            "client_eval.enabled=true",
             f"hydra.run.dir={run_dir}",
         ],
         cli_env,
@@ -180,8 +187,10 @@ def test_a_tracker_that_cannot_be_reached_warns_once_and_the_run_completes(
     assert len(read_rows(run_dir / "metrics.csv")) == ROUNDS
     assert (run_dir / "summary.json").is_file() and (run_dir / "curve.png").is_file()
     assert set(ids(run_dir)) == {"tensorboard"}
-    steps = [e.step for e in tensorboard(run_dir).Scalars("test_accuracy")]
-    assert steps == list(range(1, ROUNDS + 1))
+    events, rows = tensorboard(run_dir), read_rows(run_dir / "metrics.csv")
+    for key in ("test_accuracy", *CLIENT_EVAL):  # the per-client evaluation's columns too
+        expected = [(int(r["round"]), pytest.approx(float(r[key]), rel=1e-6)) for r in rows]
+        assert [(e.step, e.value) for e in events.Scalars(key)] == expected, key
 
 
 def test_a_tracker_whose_package_is_missing_is_one_line_before_anything_starts(

@@ -147,6 +147,7 @@ def test_resume_continues_each_tracked_run_with_the_rounds_it_lacks(tmp_path: Pa
     run = TrackedRun(_cfg(tmp_path, resume=True), tmp_path, say=pytest.fail)
     run.catch_up([{"round": str(r), "test_accuracy": "0.5"} for r in (1, 2, 3)])
     run.log_round(4, {"round": 4})
+    run.flush()
     assert CALLS == [
         ("good", "start", "g-7"),
         ("flaky", "start", "f-7"),
