@@ -53,7 +53,7 @@ class RoundDriver:
         self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(self.paths.metrics)
-        self.tracking: TrackedRun | None = None  # opened once the run's first round is known
+        self.tracking: TrackedRun | None = None
 
     def run(self) -> dict:
         """All rounds; on failure, the reason goes to the run directory (and the trackers)
@@ -81,15 +81,16 @@ class RoundDriver:
         cfg = self.cfg
         if cfg.server.torch_threads:
             torch.set_num_threads(int(cfg.server.torch_threads))
+        if chosen(cfg):  # its process starts while the data loads and the federation connects
+            self.tracking = TrackedRun(cfg, self.paths.root)
         data = load_dataset(cfg)
         model = build_model(cfg)
         arrays = ArrayRecord(model.state_dict())
         start_round, elapsed_before = 1, 0.0
         if cfg.resume:
             arrays, start_round, elapsed_before = self._restore(arrays)
-        if chosen(cfg):
-            self.tracking = TrackedRun(cfg, self.paths.root)
-            self.tracking.catch_up(self.metrics.rows())  # resumed: rounds a tracker lacks
+            if self.tracking is not None:  # the saved rounds a tracker lacks
+                self.tracking.catch_up(self.metrics.rows())
         self.strategy.connect(self.grid, say=run_log.say)
         started = time.monotonic()  # training time counts from round 1, the federation up
         last_eval: tuple[float, float] | None = None

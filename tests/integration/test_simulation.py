@@ -45,8 +45,9 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     same seed ends; another seed gives another history; every run has its own id. Its
     trackers show it killed, then continue the same tracked runs with only the rounds they
     lack (tracking changes nothing trained: the end is the untracked run's)."""
-    # the interrupt (polled every 0.2 s, sent after round 3) lands mid-run even at 0.03 s a round
-    rounds = 60
+    # the interrupt (polled every 0.2 s, sent after round 3 once the tracking process, ~3 s to
+    # start, has a round) lands mid-run even at 0.03 s a round
+    rounds = 150
     straight, broken, other = tmp_path / "straight", tmp_path / "broken", tmp_path / "other"
     args = [*SIM, "partition=dirichlet", "seed=3", f"num_rounds={rounds}"]
     result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env, timeout=400)
@@ -57,7 +58,8 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     stopped = interrupt_when(
         [*args, *tracked, f"hydra.run.dir={broken}"],
         cli_env,
-        ready=lambda: len(_rows(broken)) >= 3,  # a few rounds in, well before the end
+        # a few rounds in, well before the end, and tracked: the tracking process is up
+        ready=lambda: len(_rows(broken)) >= 3 and _tracked_a_round(broken),
         sig=signal.SIGINT,
     )
     assert stopped.returncode == 130
@@ -98,6 +100,13 @@ def _assert_same_end(straight: Path, resumed: Path, rounds: int) -> None:
     for key in a.model:
         np.testing.assert_array_equal(a.model[key], b.model[key])
     assert _accuracies(straight) == _accuracies(resumed)
+
+
+def _tracked_a_round(run_dir: Path) -> bool:
+    try:
+        return min(t["round"] for t in tracked_ids(run_dir).values()) >= 1
+    except (OSError, ValueError):  # not written yet
+        return False
 
 
 def _assert_tracked_once(
