@@ -8,10 +8,11 @@ on (a round's tracking happens after its row, so it counts in the next round's t
 1 also holds the first messages' set-up). The end-to-end ratio is as noisy as the machine;
 the replay measures the tracking calls alone: the tracked run's own rows logged again
 through `TrackedRun` (what the round driver calls: MLflow's log_batch and tracking.json)
-into a fresh store, timed per round (the calls run on a tracking thread beside the driver,
-which only hands each round over, so this is work that overlaps the rounds, not a wait).
+into a fresh store, timed per round with the wait for its answer (in a run the tracking
+process does this beside the driver, which only hands each round over: it is CPU the rounds
+share on a busy machine, not a wait).
 
-    python -m benchmarks.tracking.run [--repeats 3] [--out PATH]
+    python -m benchmarks.tracking.run [--repeats 4] [--out PATH]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
+import shutil
 import statistics
 import tempfile
 import time
@@ -80,7 +82,7 @@ def replay(run_dir: Path, work: Path) -> list[float]:
     for row in read_rows(run_dir / "metrics.csv"):
         began = time.perf_counter()
         tracked.log_round(int(row["round"]), row)
-        tracked.flush()  # the calls run on the tracking thread: wait for them
+        tracked.flush()  # the calls run in the tracking process: wait for them
         spent.append(time.perf_counter() - began)
     tracked.fail("killed", "replay only")
     return spent
@@ -97,10 +99,14 @@ def measure(overrides: list[str], repeats: int, work: Path) -> dict:
     return {"arms": arms, "replay": calls}
 
 
-def _rounds(runs: list[dict]) -> tuple[float, float]:
-    """Mean seconds per round over every run and round 2..N, and its 95 % half-width."""
-    values = [s for run in runs for s in run["rounds"]]
-    return statistics.fmean(values), 1.96 * statistics.stdev(values) / len(values) ** 0.5
+def _per_run(runs: list[dict]) -> list[float]:
+    """Each run's mean seconds per round (rounds 2..N): rounds of one run share its luck
+    (the machine's load, where the SuperNodes' polls fall), so runs are the samples."""
+    return [statistics.fmean(run["rounds"]) for run in runs]
+
+
+def _listed(values: list[float]) -> str:
+    return ", ".join(f"{v:.3f}" for v in values)
 
 
 def render(results: dict[str, dict], repeats: int) -> str:
@@ -116,10 +122,13 @@ def render(results: dict[str, dict], repeats: int) -> str:
     ]
     for name, result in results.items():
         plain, tracked = result["arms"]["untracked"], result["arms"]["tracked"]
-        (base, base_ci), (with_tracking, with_ci) = _rounds(plain), _rounds(tracked)
+        runs_plain, runs_tracked = _per_run(plain), _per_run(tracked)
+        base, with_tracking = statistics.fmean(runs_plain), statistics.fmean(runs_tracked)
         calls = statistics.median(result["replay"][1:])  # the first holds the first insert
         lines.append(
-            f"| {name} | {base:.3f} ± {base_ci:.3f} | {with_tracking:.3f} ± {with_ci:.3f} | "
+            f"| {name} | {base:.3f} ± {statistics.stdev(runs_plain):.3f} "
+            f"({_listed(runs_plain)}) | {with_tracking:.3f} ± "
+            f"{statistics.stdev(runs_tracked):.3f} ({_listed(runs_tracked)}) | "
             f"{with_tracking / base:.3f} | "
             f"{statistics.median(r['in_all'] for r in plain):.1f} s | "
             f"{statistics.median(r['in_all'] for r in tracked):.1f} s | "
@@ -127,14 +136,15 @@ def render(results: dict[str, dict], repeats: int) -> str:
         )
     lines += [
         "",
-        "s/round: the mean over repeats and rounds 2..N of metrics.csv's wall_seconds "
-        "differences, ± its 95 % half-width (1.96 standard errors). Tracking calls: the "
+        "s/round: each run's mean of metrics.csv's wall_seconds differences over rounds "
+        "2..N (in brackets, in the order run), their mean ± std over the runs of an arm; "
+        "ratio: tracked over untracked. Tracking calls: the "
         "median over rounds 2..N of `TrackedRun.log_round` and its flush "
         "(MLflow's log_batch into a SQLite store, then tracking.json) replaying the tracked "
         "run's rows; share of a round: that over the untracked s/round, the CPU time the "
-        "calls take, on a thread of their own beside the round driver's. In all: fl-run's "
-        "process from start to exit, start-up included (the tracked run opens its MLflow run, "
-        "and on a new store creates its tables, before round 1).",
+        "calls take in the tracking process, beside the round driver. In all: fl-run's "
+        "process from start to exit, start-up included (the tracking process starts beside "
+        "the driver's own start; the run's end waits for its last calls).",
         "",
     ]
     return "\n".join(lines)
@@ -142,16 +152,17 @@ def render(results: dict[str, dict], repeats: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog=invocation(STUDY), description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--out", type=Path, default=report_path(STUDY))
     args = parser.parse_args()
     results = {}
-    with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:
-        for i, (name, overrides) in enumerate(SETTINGS.items()):
-            print(name, flush=True)
-            work = Path(tmp) / f"setting-{i}"
-            work.mkdir()
-            results[name] = measure(overrides, args.repeats, work)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tracking-"))  # kept if a run fails: its logs
+    for i, (name, overrides) in enumerate(SETTINGS.items()):
+        print(name, flush=True)
+        work = tmp / f"setting-{i}"
+        work.mkdir()
+        results[name] = measure(overrides, args.repeats, work)
+    shutil.rmtree(tmp)
     args.out.write_text(render(results, args.repeats))
     print(f"report: {args.out}")
 
