@@ -57,7 +57,7 @@ def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 RESTART_GRACE = 10.0  # seconds a restarted process must live for another restart
 STOP_GRACE = 10.0  # seconds a stopped process gets after SIGINT before SIGKILL
-ORPHAN_GRACE = 1.0  # seconds a helper in its own session gets to end by itself after that
+ORPHAN_GRACE = 3.0  # seconds a helper in its own session gets to end by itself after that
 
 
 class Spawner(Protocol):

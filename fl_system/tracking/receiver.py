@@ -10,6 +10,7 @@ messages: a thread there would take its turns at that interpreter's lock.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ from fl_system import run_log
 from fl_system.compare.runs import flatten
 from fl_system.config_nodes import build
 from fl_system.tracking import chosen, record
-from fl_system.tracking.base import FINISHED, RUNNING, RunInfo, Tracker
+from fl_system.tracking.base import FINISHED, KILLED, RUNNING, RunInfo, Tracker
 from fl_system.tracking.record import Entry
 
 Say = Callable[[str], None]
@@ -140,8 +141,9 @@ def serve(conn: Connection) -> None:
     ("round", rnd, metrics), ("finish", summary, files) and ("fail", status, error) in order;
     ("flush",) is answered once everything before it is done, ("end",) likewise and drops
     the run (the process stays for the next run of a warm engine's sweep). What the trackers
-    have to say comes back as ("say", text). The pipe closing (its driver's process ended)
-    ends it: a run stopped hard is marked by fl-run, which finds it open in tracking.json."""
+    have to say comes back as ("say", text). The pipe closing ends it: its driver's process
+    ended, so a run still open was stopped hard and is closed as KILLED here, where the
+    trackers hold what they were sent (fl-run marks it if this process is stopped first)."""
     receiver: Receiver | None = None
 
     def say(text: str) -> None:
@@ -150,7 +152,9 @@ def serve(conn: Connection) -> None:
     while True:
         try:
             kind, *args = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # the driver's process ended mid-run (Ctrl-C, a crash)
+            if receiver is not None:
+                receiver.fail(KILLED, "its ServerApp process ended before the run did")
             return
         try:
             if kind == "open":
@@ -170,8 +174,10 @@ def serve(conn: Connection) -> None:
 def main() -> None:
     """`python -m fl_system.tracking.receiver FD`: serve the socket FD (started by
     `session.TrackedRun`, its stdout and stderr discarded: everything goes through FD)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the driver decides
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver's end decides
     serve(Connection(int(sys.argv[1])))
+    # Every run is closed; skip the exit hooks (W&B's would close a run again).
+    os._exit(0)
 
 
 if __name__ == "__main__":

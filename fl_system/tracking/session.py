@@ -41,6 +41,9 @@ class _Receiver:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # its own session: a stopped run's group is signalled and killed at once, while
+            # a process of its own gets a moment to close its tracked runs (processes.py)
+            start_new_session=True,
         )
         theirs.close()
         self.conn = Connection(ours.detach())

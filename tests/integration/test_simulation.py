@@ -21,12 +21,10 @@ from fl_system.experiment import build_model
 from fl_system.launch.processes import alive, descendants
 from fl_system.results import MetricsLog, read_rows
 from tests.integration.conftest import FL_RUN, QUICK, interrupt_when, run_cli
-from tests.integration.tracked import ids as tracked_ids
 from tests.integration.tracked import (
     mlflow_run,
     tensorboard,
     tensorboard_texts,
-    wandb_runs,
 )
 
 pytestmark = pytest.mark.integration
@@ -42,24 +40,18 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """A run stopped by Ctrl-C and resumed ends exactly where the uninterrupted run with the
-    same seed ends; another seed gives another history; every run has its own id. Its
-    trackers show it killed, then continue the same tracked runs with only the rounds they
-    lack (tracking changes nothing trained: the end is the untracked run's)."""
-    # the interrupt (polled every 0.2 s, sent after round 3 once the tracking process, ~3 s to
-    # start, has a round) lands mid-run even at 0.03 s a round
-    rounds = 150
+    same seed ends; another seed gives another history; every run has its own id."""
+    # the interrupt (polled every 0.2 s, sent after round 3) lands mid-run even at 0.03 s a round
+    rounds = 60
     straight, broken, other = tmp_path / "straight", tmp_path / "broken", tmp_path / "other"
     args = [*SIM, "partition=dirichlet", "seed=3", f"num_rounds={rounds}"]
     result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    store = tmp_path / "mlflow.db"
-    tracked = ["tracking=[mlflow,tensorboard,wandb]", f"tracking.uri=sqlite:///{store}"]
     stopped = interrupt_when(
-        [*args, *tracked, f"hydra.run.dir={broken}"],
+        [*args, f"hydra.run.dir={broken}"],
         cli_env,
-        # a few rounds in, well before the end, and tracked: the tracking process is up
-        ready=lambda: len(_rows(broken)) >= 3 and _tracked_a_round(broken),
+        ready=lambda: len(_rows(broken)) >= 3,  # a few rounds in, well before the end
         sig=signal.SIGINT,
     )
     assert stopped.returncode == 130
@@ -70,19 +62,11 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     assert "Traceback" not in (broken / "logs" / "serverapp.log").read_text()
     assert {r["failures"] for r in _rows(broken)} == {"0"}
     first_id = _run_id(broken)
-    killed = tracked_ids(broken)
-    assert {t["status"] for t in killed.values()} == {"killed"}
-    _, run = mlflow_run(store, broken)
-    assert run.info.status == "KILLED" and run.data.tags["error"] == "interrupted"
 
-    resumed_at = time.time() * 1000
-    result = run_cli(
-        [*args, *tracked, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400
-    )
+    result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     _assert_same_end(straight, broken, rounds)
     assert _run_id(broken) == first_id  # so clients find their saved state again
-    _assert_tracked_once(broken, store, killed, resumed_at, rounds)
 
     other_args = [*SIM, "partition=dirichlet", "seed=4", "num_rounds=3"]
     result = run_cli([*other_args, f"hydra.run.dir={other}"], cli_env)
@@ -100,42 +84,6 @@ def _assert_same_end(straight: Path, resumed: Path, rounds: int) -> None:
     for key in a.model:
         np.testing.assert_array_equal(a.model[key], b.model[key])
     assert _accuracies(straight) == _accuracies(resumed)
-
-
-def _tracked_a_round(run_dir: Path) -> bool:
-    try:
-        return min(t["round"] for t in tracked_ids(run_dir).values()) >= 1
-    except (OSError, ValueError):  # not written yet
-        return False
-
-
-def _assert_tracked_once(
-    run_dir: Path, store: Path, killed: dict[str, dict], resumed_at: float, rounds: int
-) -> None:
-    """Each tracker continued its run: every round once, the resumed process sending only the
-    rounds after those the tracker had (the checkpoint's, or one fewer if the stop fell
-    between checkpoint and tracking)."""
-    stopped_at = load_checkpoint(run_dir / "checkpoint.npz").round  # it ended: all rounds
-    assert stopped_at == rounds
-    client, run = mlflow_run(store, run_dir)
-    assert run.info.run_id == killed["mlflow"]["id"] and run.info.status == "FINISHED"
-    history = client.get_metric_history(run.info.run_id, "test_accuracy")
-    assert [m.step for m in history] == list(range(1, rounds + 1))
-    later = [m.step for m in history if m.timestamp >= resumed_at]
-    assert later == list(range(killed["mlflow"]["round"] + 1, rounds + 1))
-
-    events = tensorboard(run_dir)
-    assert [e.step for e in events.Scalars("test_accuracy")] == list(range(1, rounds + 1))
-    assert tensorboard_texts(events, "status") == ["killed: interrupted", "finished"]
-
-    # offline, each process writes its own files of the one W&B run (`wandb sync` joins them):
-    # the killed ServerApp's, fl-run's mark, the resumed run's
-    interrupted, mark, resumed = wandb_runs(run_dir)
-    assert {interrupted.run_id, mark.run_id, resumed.run_id} == {killed["wandb"]["id"]}
-    assert sorted(interrupted.history) == list(range(1, killed["wandb"]["round"] + 1))
-    assert (mark.history, mark.exit_code, mark.summary["status"]) == ({}, 130, "killed")
-    assert sorted(resumed.history) == list(range(killed["wandb"]["round"] + 1, rounds + 1))
-    assert (resumed.exit_code, resumed.summary["status"]) == (0, "finished")
 
 
 def _run_id(run_dir: Path) -> str:

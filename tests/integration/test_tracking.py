@@ -6,8 +6,10 @@ fl-compare; a tracking server that cannot be reached; a tracker whose package is
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import matplotlib.image
@@ -15,9 +17,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from fl_system.checkpoint import load_checkpoint
 from fl_system.launch.processes import free_port
 from fl_system.results import read_rows
-from tests.integration.conftest import QUICK, run_cli, run_sweep
+from tests.integration.conftest import QUICK, interrupt_when, run_cli, run_sweep
 from tests.integration.tracked import (
     ids,
     mlflow_run,
@@ -34,6 +37,7 @@ SEEDS = (0, 1, 2)
 ROUNDS = 3
 ARGS = [*QUICK, "runtime=simulation", f"num_rounds={ROUNDS}"]
 EVERY_TRACKER = "tracking=[mlflow,tensorboard,wandb]"
+STOPPED = "its ServerApp process ended before the run did"
 CLIENT_EVAL = (
     "client_acc_global",
     "client_acc_global_worst10",
@@ -161,6 +165,72 @@ def _assert_compared(sweep_dir: Path, members: list[Path], tmp_path: Path) -> No
             )
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert matplotlib.image.imread(plot).ndim == 3  # a readable image, not only a header
+
+
+def test_a_killed_tracked_run_shows_killed_and_its_resume_logs_each_round_once(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Ctrl-C mid-run: every tracker shows the run killed; `resume=true` continues the same
+    tracked runs with only the rounds each lacks."""
+    # 150 rounds of ~0.03 s: the interrupt, sent once the tracking process (~3 s to start)
+    # has a round, lands mid-run
+    rounds, run_dir, store = 150, tmp_path / "run", tmp_path / "mlflow.db"
+    args = [*QUICK, "runtime=simulation", f"num_rounds={rounds}", EVERY_TRACKER]
+    args += [f"tracking.uri=sqlite:///{store}", f"hydra.run.dir={run_dir}"]
+    stopped = interrupt_when(
+        args,
+        cli_env,
+        ready=lambda: len(read_rows(run_dir / "metrics.csv")) >= 3 and _tracked_a_round(run_dir),
+        sig=signal.SIGINT,
+    )
+    assert stopped.returncode == 130, stopped.stderr
+    assert load_checkpoint(run_dir / "checkpoint.npz").round < rounds
+    killed = ids(run_dir)
+    assert {t["status"] for t in killed.values()} == {"killed"}
+    _, run = mlflow_run(store, run_dir)
+    # closed by the tracking process, which holds the trackers, once its ServerApp was gone
+    assert (run.info.status, run.data.tags["error"]) == ("KILLED", STOPPED)
+
+    resumed_at = time.time() * 1000
+    result = run_cli([*args, "resume=true"], cli_env, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _assert_tracked_once(run_dir, store, killed, resumed_at, rounds)
+
+
+def _tracked_a_round(run_dir: Path) -> bool:
+    try:
+        return min(t["round"] for t in ids(run_dir).values()) >= 1
+    except (OSError, ValueError):  # not written yet
+        return False
+
+
+def _assert_tracked_once(
+    run_dir: Path, store: Path, killed: dict[str, dict], resumed_at: float, rounds: int
+) -> None:
+    """Each tracker continued its run: every round once, the resumed process sending only the
+    rounds after those the tracker had (the checkpoint's, or one fewer if the stop fell
+    between checkpoint and tracking)."""
+    stopped_at = load_checkpoint(run_dir / "checkpoint.npz").round  # it ended: all rounds
+    assert stopped_at == rounds
+    client, run = mlflow_run(store, run_dir)
+    assert run.info.run_id == killed["mlflow"]["id"] and run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "test_accuracy")
+    assert [m.step for m in history] == list(range(1, rounds + 1))
+    later = [m.step for m in history if m.timestamp >= resumed_at]
+    assert later == list(range(killed["mlflow"]["round"] + 1, rounds + 1))
+
+    events = tensorboard(run_dir)
+    assert [e.step for e in events.Scalars("test_accuracy")] == list(range(1, rounds + 1))
+    assert tensorboard_texts(events, "status") == [f"killed: {STOPPED}", "finished"]
+
+    # offline, each run of the tracking process writes its own files of the one W&B run
+    # (`wandb sync` joins them): the interrupted run's and the resumed run's
+    interrupted, resumed = wandb_runs(run_dir)
+    assert {interrupted.run_id, resumed.run_id} == {killed["wandb"]["id"]}
+    assert sorted(interrupted.history) == list(range(1, killed["wandb"]["round"] + 1))
+    assert (interrupted.exit_code, interrupted.summary["status"]) == (130, "killed")
+    assert sorted(resumed.history) == list(range(killed["wandb"]["round"] + 1, rounds + 1))
+    assert (resumed.exit_code, resumed.summary["status"]) == (0, "finished")
 
 
 def test_a_tracker_that_cannot_be_reached_warns_once_and_the_run_completes(
