@@ -86,7 +86,4 @@ def _close(run: Any, status: str, error: str | None) -> None:
     run.summary["status"] = status
     if error:
         run.summary["error"] = error
-    run.finish(exit_code=_EXIT.get(status, 1))
-    # W&B's service process would outlive the run's own processes by seconds (it notices its
-    # parent is gone by polling); a sweep's next member starts a new one
-    wandb.teardown()
+    run.finish(exit_code=_EXIT.get(status, 1))  # W&B's service stays for the next run

@@ -239,6 +239,7 @@ def test_a_tracker_that_cannot_be_reached_warns_once_and_the_run_completes(
     """A closed port as MLflow's server: one warning naming it, the run and its files
     complete, the other tracker unaffected (and given the per-client evaluation too)."""
     run_dir, port = tmp_path / "run", free_port()
+    cli_env = {**cli_env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}  # refused at once, not thrice
     result = run_cli(
         [
             *ARGS,
