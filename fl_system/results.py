@@ -151,7 +151,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         ]
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     """Parse a CSV cell (or a raw number); blanks, None and junk become None."""
     if value is None or value == "":
         return None
@@ -162,16 +162,16 @@ def _number(value: Any) -> float | None:
 
 
 def _count(value: Any) -> int:
-    number = _number(value)
-    return 0 if number is None else int(number)
+    parsed = number(value)
+    return 0 if parsed is None else int(parsed)
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | None) -> dict:
     """Headline numbers of a run; rounds without an evaluation are skipped for accuracy."""
     evaluated = [
-        (_count(r.get("round")), acc, _number(r.get("wall_seconds")))
+        (_count(r.get("round")), acc, number(r.get("wall_seconds")))
         for r in rows
-        if (acc := _number(r.get("test_accuracy"))) is not None
+        if (acc := number(r.get("test_accuracy"))) is not None
     ]
     summary: dict[str, Any] = {
         "final_accuracy": evaluated[-1][1] if evaluated else None,
@@ -182,7 +182,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
         "seconds_to_target": None,
         "bytes_up": sum(_count(r.get("bytes_up")) for r in rows),
         "bytes_down": sum(_count(r.get("bytes_down")) for r in rows),
-        "wall_seconds": _number(rows[-1].get("wall_seconds")) if rows else None,
+        "wall_seconds": number(rows[-1].get("wall_seconds")) if rows else None,
         "mean_last10_accuracy": None,  # over the last 10 evaluations, or all if fewer:
         "mean_last10_evaluations": 0,  # how many went into it
     }
@@ -204,7 +204,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
         scored = [
             (_count(r.get("round")), acc)
             for r in rows
-            if (acc := _number(r.get(f"client_acc_{kind}"))) is not None
+            if (acc := number(r.get(f"client_acc_{kind}"))) is not None
         ]
         if scored:
             best = max(scored, key=lambda item: item[1])
@@ -241,7 +241,7 @@ def _series(rows: Sequence[Mapping[str, Any]], column: str) -> list[tuple[int, f
     return [
         (_count(r.get("round")), value)
         for r in rows
-        if (value := _number(r.get(column))) is not None
+        if (value := number(r.get(column))) is not None
     ]
 
 
@@ -251,7 +251,7 @@ def partition_columns(rows: Sequence[Mapping[str, Any]], prefix: str) -> dict[in
     for row in rows:
         for key, cell in row.items():
             pid = key[len(prefix) :]
-            if key.startswith(prefix) and pid.isdigit() and (value := _number(cell)) is not None:
+            if key.startswith(prefix) and pid.isdigit() and (value := number(cell)) is not None:
                 out.setdefault(int(pid), []).append(value)
     return out
 

@@ -9,7 +9,6 @@ from another process: fl-run, once every process of an interrupted or crashed ru
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_system.compare.runs import flatten
+from fl_system.results import number
 
 FINISHED, FAILED, KILLED, RUNNING = "finished", "failed", "killed", "running"
 
@@ -38,11 +38,16 @@ class RunInfo:
     tags: dict[str, str] = field(default_factory=dict)
     sweep: str | None = None  # the -m sweep's directory, for its members
 
+    @property
+    def sweep_label(self) -> str | None:
+        """The sweep as trackers name its group: `<date>/<time>` of multirun/<date>/<time>."""
+        if self.sweep is None:
+            return None
+        return f"{Path(self.sweep).parent.name}/{Path(self.sweep).name}"
+
 
 class Tracker(ABC):
     """One tracking backend; any exception it raises drops it from the run with one warning."""
-
-    name: str
 
     @abstractmethod
     def start(self, run: RunInfo, previous: str | None) -> str:
@@ -82,13 +87,8 @@ def round_metrics(row: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _number(value: Any) -> float | None:
-    """A number, or a numeric string; None for blanks, text, booleans and containers."""
-    if isinstance(value, bool) or not isinstance(value, str | numbers.Real):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+    """A metrics.csv cell or a number; None for blanks, text, booleans and containers."""
+    return None if isinstance(value, bool) else number(value)
 
 
 def summary_scalars(summary: Mapping[str, Any]) -> dict[str, float]:

@@ -28,8 +28,6 @@ _NOTE = "mlflow.note.content"  # the run's description in the UI
 
 
 class MlflowTracker(Tracker):
-    name = "mlflow"
-
     def __init__(self, uri: str, experiment: str | None = None) -> None:
         # An unreachable server fails in seconds, not after MLflow's default ~2 min of retries
         # (the run goes on without it); the environment still overrides both.
@@ -50,7 +48,7 @@ class MlflowTracker(Tracker):
         tags = {**run.tags}
         if run.sweep is not None:
             tags[_SWEEP_TAG] = run.sweep
-            tags["mlflow.parentRunId"] = self._sweep_parent(experiment_id, run.sweep)
+            tags["mlflow.parentRunId"] = self._sweep_parent(experiment_id, run)
         created = self.client.create_run(experiment_id, run_name=run.name, tags=tags)
         self.run_id = created.info.run_id
         params = [Param(k, str(v)[:_VALUE_LENGTH]) for k, v in run.params.items()]
@@ -107,8 +105,9 @@ class MlflowTracker(Tracker):
         store = Path(self.uri.removeprefix("sqlite:///"))
         return (store.parent / "mlartifacts" / experiment.replace("/", "_")).as_uri()
 
-    def _sweep_parent(self, experiment_id: str, sweep: str) -> str:
+    def _sweep_parent(self, experiment_id: str, run: RunInfo) -> str:
         """The sweep's parent run in this experiment: made by its first member."""
+        sweep = str(run.sweep)
         key = hashlib.sha1(sweep.encode()).hexdigest()[:16]
         found = self.client.search_runs(
             [experiment_id],
@@ -117,10 +116,9 @@ class MlflowTracker(Tracker):
         )
         if found:
             return found[0].info.run_id
-        name = f"sweep {Path(sweep).parent.name}/{Path(sweep).name}"
         parent = self.client.create_run(
             experiment_id,
-            run_name=name,
+            run_name=f"sweep {run.sweep_label}",
             tags={_ROLE_TAG: "sweep", _SWEEP_TAG: sweep, f"{_SWEEP_TAG}.key": key},
         )
         # a folder, not a run that trains: it is done as soon as it holds its members

@@ -99,7 +99,6 @@ class Receiver:
 
     def _start(self, name: str, node: DictConfig) -> None:
         tracker = build(node, label=f"tracking={name}")
-        tracker.name = name
         previous = self.entries.get(name)
         run_id = tracker.start(self.run, previous.id if previous else None)
         self.trackers[name] = tracker

@@ -30,8 +30,6 @@ _TEXT = SummaryMetadata(
 
 
 class TensorboardTracker(Tracker):
-    name = "tensorboard"
-
     def __init__(self, folder: str = "tensorboard") -> None:
         self.folder = folder
         self.writer: EventFileWriter | None = None
@@ -57,12 +55,12 @@ class TensorboardTracker(Tracker):
         """They are in the run directory, beside the event files, already."""
 
     def end(self, status: str, error: str | None) -> None:
-        _text(self._writer, "status", status + (f": {error}" if error else ""))
+        _status(self._writer, status, error)
         self._writer.close()
 
     def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
         writer = self._open(run)
-        _text(writer, "status", status + (f": {error}" if error else ""))
+        _status(writer, status, error)
         writer.close()
 
     def _open(self, run: RunInfo) -> EventFileWriter:
@@ -79,6 +77,10 @@ class TensorboardTracker(Tracker):
 def _scalars(writer: EventFileWriter, values: Mapping[str, float], step: int) -> None:
     summary = Summary(value=[Summary.Value(tag=k, simple_value=v) for k, v in values.items()])
     writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+
+
+def _status(writer: EventFileWriter, status: str, error: str | None) -> None:
+    _text(writer, "status", status + (f": {error}" if error else ""))
 
 
 def _text(writer: EventFileWriter, tag: str, text: str) -> None:

@@ -21,8 +21,6 @@ _FLUSH_SECONDS = 0.1
 
 
 class WandbTracker(Tracker):
-    name = "wandb"
-
     def __init__(
         self, mode: str = "offline", project: str = "fl_system", entity: str | None = None
     ) -> None:
@@ -60,7 +58,7 @@ class WandbTracker(Tracker):
             entity=self.entity,
             id=previous or run.run_id,
             name=run.name,
-            group=_group(run.sweep),
+            group=run.sweep_label,
             tags=[f"{k}:{v}"[:64] for k, v in run.tags.items()],
             config=run.params,
             dir=str(run.run_dir),
@@ -76,10 +74,6 @@ class WandbTracker(Tracker):
                 x_transaction_log_flush_interval=_FLUSH_SECONDS,
             ),
         )
-
-
-def _group(sweep: str | None) -> str | None:
-    return None if sweep is None else f"{Path(sweep).parent.name}/{Path(sweep).name}"
 
 
 def _close(run: Any, status: str, error: str | None) -> None:
