@@ -450,7 +450,12 @@ def simulation_pickup_on_store() -> None:
 
 # ----- bytes on the wire ----------------------------------------------------------------------
 def wire_bytes(messages: Iterable[Message]) -> int:
-    """Serialized size of `messages` as they travel: every object Flower moves for each one.
+    """Serialized size of `messages` as they travel (`wire_sizes`, summed)."""
+    return sum(wire_sizes(messages))
+
+
+def wire_sizes(messages: Iterable[Message]) -> list[int]:
+    """Serialized size of each of `messages` as it travels: every object Flower moves for it.
 
     Flower deflates a message into content-addressed objects (message, records, array chunks)
     and moves each over gRPC; their deflated sizes are the payload on the wire. An object that
@@ -458,11 +463,13 @@ def wire_bytes(messages: Iterable[Message]) -> int:
     serialized and hashed here only once.
     """
     sizes: dict[str, int] = {}
-    total = 0
+    out = []
     with no_object_id_recompute():
         for message in messages:
+            total = 0
             for object_id, obj in get_all_nested_objects(message).items():
                 if object_id not in sizes:
                     sizes[object_id] = len(obj.deflate())
                 total += sizes[object_id]
-    return total
+            out.append(total)
+    return out

@@ -214,7 +214,33 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
         hit = next((item for item in evaluated if item[1] >= target_accuracy), None)
         if hit is not None:
             summary["rounds_to_target"], summary["seconds_to_target"] = hit[0], hit[2]
+    if rows and "virtual_clock" in rows[0]:
+        summary.update(virtual_summary(rows, target_accuracy))
     return summary
+
+
+ACCURACY_LADDER = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.98, 0.99)
+
+
+def virtual_summary(rows: Sequence[Mapping[str, Any]], target: float | None) -> dict[str, Any]:
+    """system=...: the final virtual clock, and the virtual time at which the run first
+    reached each accuracy of the ladder (and the target) that it reached."""
+    reached: dict[str, float] = {}
+    marks = sorted({*ACCURACY_LADDER, *([target] if target is not None else [])})
+    for row in rows:
+        acc, clock = number(row.get("test_accuracy")), number(row.get("virtual_clock"))
+        if acc is None or clock is None:
+            continue
+        for mark in marks:
+            if acc >= mark:
+                reached.setdefault(f"{mark:g}", clock)
+    out: dict[str, Any] = {
+        "virtual_clock": number(rows[-1].get("virtual_clock")),
+        "virtual_seconds_to_accuracy": reached,
+    }
+    if target is not None:
+        out["virtual_seconds_to_target"] = reached.get(f"{target:g}")
+    return out
 
 
 def _json_safe(value: Any) -> Any:
@@ -265,8 +291,12 @@ def plot_curve(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> 
 
     acc = _series(rows, "test_accuracy")
     loss = _series(rows, "train_loss")
-    fig, ax_acc = plt.subplots(figsize=(6.4, 4.0))
+    timed = rows and "virtual_clock" in rows[0]
+    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(11.0 if timed else 6.4, 4.0))
+    ax_acc = axes[0] if timed else axes
     try:
+        if timed:  # system=...: accuracy against the virtual clock beside it
+            _plot_virtual(axes[1], rows)
         ax_acc.plot([x for x, _ in acc], [y for _, y in acc], color="tab:blue", marker=".")
         ax_acc.set_xlabel("round")
         ax_acc.set_ylabel("test accuracy", color="tab:blue")
@@ -281,3 +311,19 @@ def plot_curve(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> 
     finally:
         plt.close(fig)
     _atomic_write(Path(path), buffer.getvalue())
+
+
+def _plot_virtual(ax: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Test accuracy against virtual time, in hours when the run is long."""
+    points = [
+        (clock, acc)
+        for r in rows
+        if (acc := number(r.get("test_accuracy"))) is not None
+        and (clock := number(r.get("virtual_clock"))) is not None
+    ]
+    hours = bool(points) and points[-1][0] > 3 * 3600
+    scale = 3600.0 if hours else 1.0
+    ax.plot([c / scale for c, _ in points], [a for _, a in points], color="tab:green", marker=".")
+    ax.set_xlabel(f"virtual {'hours' if hours else 'seconds'} (system=...)")
+    ax.set_ylabel("test accuracy", color="tab:green")
+    ax.grid(alpha=0.3)

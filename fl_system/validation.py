@@ -6,7 +6,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from fl_system import tracking
+from fl_system import system, tracking
 from fl_system.addons import check_settings, mounted
 from fl_system.data.corruption import KINDS
 from fl_system.freeloaders import KINDS as FREELOADER_KINDS
@@ -92,6 +92,7 @@ def check_values(cfg: DictConfig) -> None:
             f"compression.up=none (got compression.up={cfg.compression.up.name})"
         )
     _check_stragglers(cfg)
+    system.check(cfg)
     tracking.check(cfg)
 
 

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from fl_system import protocol
 from fl_system.codecs import CodecError
 from fl_system.compression import Compression, array_blob, is_compressed
+from server_app.rejection import rejected
 
 
 @dataclass
@@ -50,7 +51,7 @@ def expand_replies(
             blob = array_blob(reply.content.array_records[protocol.UPDATE][protocol.BLOB])
             arrays, shapes = _whole_model(compression, reference, reply.content, blob)
         except (CodecError, KeyError, ValueError) as err:
-            reply.content = _rejected(reply.content, f"compressed update rejected: {err}")
+            reply.content = rejected(reply.content, f"compressed update rejected: {err}")
             continue
         reply.content[protocol.ARRAYS] = arrays
         del reply.content[protocol.UPDATE]
@@ -77,11 +78,3 @@ def _whole_model(
         else:
             out[name] = Array(dense[name].numpy())  # KeyError: the dense part lacks a tensor
     return ArrayRecord(out), shapes
-
-
-def _rejected(content: RecordDict, reason: str) -> RecordDict:
-    """The reply's metrics, and why it cannot be used."""
-    out = RecordDict({protocol.REJECTED: ConfigRecord({protocol.REASON: reason})})
-    if protocol.METRICS in content.metric_records:
-        out[protocol.METRICS] = content.metric_records[protocol.METRICS]
-    return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, Error, Message, Metadata
 from flwr.serverapp import Grid
@@ -37,11 +37,13 @@ REPLY_FRAMING_BYTES = 1 << 20  # a reply's metrics, extra records and Flower's f
 
 @dataclass(frozen=True)
 class Traffic:
-    """The replies of one exchange and the bytes it moved each way."""
+    """The replies of one exchange and the bytes it moved each way, in all and by node."""
 
     replies: list[Message]
     bytes_down: int
     bytes_up: int
+    down_by_node: dict[int, int] = field(default_factory=dict)
+    up_by_node: dict[int, int] = field(default_factory=dict)
 
 
 REPLY_TOO_LARGE = 413  # Error.code of a reply refused for its size
@@ -64,26 +66,28 @@ def exchange(
     if pack:
         for message, packed in zip(messages, wire.pack_each(originals), strict=True):
             message.content = packed
-    bytes_down = flwr_hooks.wire_bytes(messages)
+    sizes = flwr_hooks.wire_sizes(messages)
+    down_by_node = {m.metadata.dst_node_id: size for m, size in zip(messages, sizes, strict=True)}
     try:
-        replies, bytes_up = _push_and_pull(grid, messages, timeout, max_reply_bytes)
+        replies, up_by_node = _push_and_pull(grid, messages, timeout, max_reply_bytes)
     finally:
         for message, content in zip(messages, originals, strict=True):
             message.content = content  # the caller keeps seeing what it built
-    return Traffic(replies, bytes_down, bytes_up)
+    return Traffic(replies, sum(sizes), sum(up_by_node.values()), down_by_node, up_by_node)
 
 
 def _push_and_pull(
     grid: Grid, messages: list[Message], timeout: float, max_reply_bytes: int | None
-) -> tuple[list[Message], int]:
-    """The replies and their bytes; each is counted and unpacked as it arrives, not at the end."""
+) -> tuple[list[Message], dict[int, int]]:
+    """The replies and their bytes by sender; each is counted and unpacked as it arrives, not
+    at the end."""
     flwr_hooks.abandon_replies_of_dead_senders(lambda node: node in set(grid.get_node_ids()))
     ids = list(grid.push_messages(messages))
     sent_to = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
     pending = set(ids)
     deadline = time.monotonic() + timeout
     replies: list[Message] = []
-    bytes_up = 0
+    up_by_node: dict[int, int] = {}
     wait, pulls, pulling = FIRST_POLL_SECONDS, 0, 0.0
     while pending:
         start = time.monotonic()
@@ -93,7 +97,7 @@ def _push_and_pull(
         for reply in got:
             if not reply.has_error():
                 size = flwr_hooks.wire_bytes([reply])
-                bytes_up += size
+                up_by_node[reply.metadata.src_node_id] = size
                 if max_reply_bytes is not None and size > max_reply_bytes:
                     reply = _refused(reply, size, max_reply_bytes)
                 else:
@@ -103,7 +107,7 @@ def _push_and_pull(
             break
         time.sleep(wait)
         wait = poll_wait(wait, pulling / pulls)
-    return replies, bytes_up
+    return replies, up_by_node
 
 
 def _refused(reply: Message, size: int, limit: int) -> Message:
@@ -156,6 +160,15 @@ class Tally:
     seconds: float = 0.0
 
 
+@dataclass
+class NodeMessages:
+    """The sizes of the messages one node received and sent in a round (the virtual clock
+    charges each its bytes and a latency)."""
+
+    down: list[int] = field(default_factory=list)
+    up: list[int] = field(default_factory=list)
+
+
 class Courier:
     """Sends a round's exchanges under one deadline and keeps what each label moved.
 
@@ -174,6 +187,7 @@ class Courier:
         self.deadline: float | None = None
         self.max_reply_bytes: int | None = None
         self.tallies: dict[str, Tally] = {}
+        self.node_messages: dict[int, NodeMessages] = {}
         self.timed_out = 0
 
     def begin_round(self, server_round: int, model: ArrayRecord) -> None:
@@ -182,6 +196,7 @@ class Courier:
         self.deadline = time.monotonic() + self.timeout
         self.max_reply_bytes = reply_limit(model, self.max_reply_ratio)
         self.tallies = {}
+        self.node_messages = {}
         self.timed_out = 0
 
     def send(
@@ -215,6 +230,10 @@ class Courier:
                     m.metadata.dst_node_id,
                     label,
                 )
+        for node, size in traffic.down_by_node.items():
+            self.node_messages.setdefault(node, NodeMessages()).down.append(size)
+        for node, size in traffic.up_by_node.items():
+            self.node_messages.setdefault(node, NodeMessages()).up.append(size)
         tally = self.tallies.setdefault(label, Tally())
         tally.bytes_up += traffic.bytes_up
         tally.bytes_down += traffic.bytes_down

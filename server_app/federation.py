@@ -19,7 +19,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import protocol
+from fl_system import protocol, system
 from fl_system.config_nodes import config_to_json
 from fl_system.experiment import build_compression
 from fl_system.seeding import derive_seed
@@ -30,6 +30,7 @@ from server_app.downlink import Downlink
 from server_app.exchange import Courier
 from server_app.nodes import NodeRegistry
 from server_app.rounds import RoundPlan, RunFailed
+from server_app.virtual_clock import VirtualClock
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,10 @@ class Federation:
             else None
         )
         self.stragglers = stragglers.from_config(cfg)
+        model = system.from_config(cfg)
+        self.clock = (
+            VirtualClock(model, compression=self.compression) if model is not None else None
+        )
         self.client_eval = ClientEvaluation.from_config(cfg)
         self.courier = Courier(
             timeout=float(cfg.round_timeout),
@@ -123,6 +128,8 @@ class Federation:
                 f"{', '.join(map(str, sorted(excluded)))}); nothing is left to train"
             )
         available = sorted(p for p in node_of if p not in excluded)
+        if self.clock is not None:  # those online at the round's virtual start
+            available = self.clock.online(server_round, available)
         chosen = choose(server_round, available)
         if chosen is None:
             chosen = sample_partitions(
@@ -137,6 +144,8 @@ class Federation:
         )
         if self.stragglers is not None:
             plan = self.stragglers.apply(plan, partial_work=partial_work)
+        if self.clock is not None:
+            plan = self.clock.fit_deadline(plan, partial_work=partial_work)
         return plan, len(chosen)
 
     # ----- messages out and in -------------------------------------------------------------
@@ -198,14 +207,20 @@ class Federation:
 
     # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        return self.downlink.state_dict() if self.downlink is not None else {}
+        state = self.downlink.state_dict() if self.downlink is not None else {}
+        if self.clock is not None:
+            state.update(self.clock.state_dict())
+        return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Restored when the first round hands over the checkpointed model."""
+        """The clock at once; the downlink's when the first round hands over the model."""
+        if self.clock is not None:
+            self.clock.load_state_dict({k: v for k, v in state.items() if VirtualClock.owns(k)})
+        state = {k: v for k, v in state.items() if not VirtualClock.owns(k)}
         if state and self.downlink is not None:
             self._downlink_state = dict(state)
             self.downlink.held = None
 
     @staticmethod
     def owns(key: str) -> bool:
-        return Downlink.owns(key)
+        return Downlink.owns(key) or VirtualClock.owns(key)

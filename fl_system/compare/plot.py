@@ -1,5 +1,6 @@
 """`fl-compare --plot`: every configuration's mean test accuracy with its seed band, overlaid,
-against rounds, bytes on the wire (up and down, cumulative) or training seconds."""
+against rounds, bytes on the wire (up and down, cumulative), training seconds or virtual
+seconds (runs with a system=... clock)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ X_AXES = {
     "rounds": "round",
     "bytes": "MB on the wire (up + down, cumulative)",
     "seconds": "training seconds",
+    "virtual": "virtual seconds (system=...: the devices' and networks' time)",
 }
 
 
@@ -31,6 +33,10 @@ def curve(run: Run, x_axis: str) -> tuple[list[float], list[float]]:
             xs.append(float(row["round"]))
         elif x_axis == "bytes":
             xs.append(sent / 1e6)
+        elif x_axis == "virtual":
+            if not row.get("virtual_clock"):  # a run without a clock has no virtual curve
+                return [], []
+            xs.append(float(row["virtual_clock"]))
         else:
             xs.append(float(row["wall_seconds"]))
         ys.append(float(row["test_accuracy"]))

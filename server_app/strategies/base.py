@@ -150,7 +150,7 @@ class FederatedStrategy(Strategy):
             partial_work=self.partial_work,
         )
         opened = self._open = _OpenRound(plan, chosen, grid)
-        if fed.stragglers is not None and not plan.nodes:
+        if not plan.nodes and (fed.stragglers is not None or fed.clock is not None):
             log.warning("round %d: every sampled client is inactive or dropped", server_round)
             return []
         steps = self.round(plan)
@@ -178,6 +178,8 @@ class FederatedStrategy(Strategy):
         if opened.steps is not None:
             replies = list(replies)
             opened.updates.add(fed.received(opened.sent, replies))
+            if fed.clock is not None:  # who finished in (virtual) time
+                replies = fed.clock.settle(plan, replies, fed.courier.node_messages)
             opened.replies.extend(replies)
             try:
                 step = opened.steps.send(replies)
@@ -188,6 +190,8 @@ class FederatedStrategy(Strategy):
         idle = result is None
         if result is None:  # nobody could work this round: the model stays as it is
             result = RoundResult(None, dict(plan.metrics), [], 0)
+        if fed.clock is not None:
+            result.metrics.update(fed.clock.close())
         new_arrays, broadcast = None, {}
         if result.arrays is not None:
             new_arrays, broadcast = fed.commit(result.arrays, server_round)

@@ -28,7 +28,7 @@ NEEDS = {  # what an option needs besides BASE to compose into a valid run
     ("model", "resnet18_gn"): {"dataset": "mnist5k"},
     ("model", "vgg11"): {"dataset": "mnist5k"},
 }
-ON_DISK = ("mnist", "fmnist", "cifar10", "cifar100")  # need files the tests do not have
+ON_DISK = ("mnist", "fmnist", "cifar10", "cifar100", "trace")  # need files the tests lack
 
 
 def _cfg(overrides: dict) -> DictConfig:
@@ -61,7 +61,7 @@ def _cases() -> Iterator[tuple[str, str, str]]:
 
 def _walked() -> list[tuple[str, str]]:
     groups = {g: g for g in ("algorithm", "dataset", "partition", "model")}
-    groups.update({"robust@aggregation.robust": "robust", "privacy": "privacy"})
+    groups.update({"robust@aggregation.robust": "robust", "privacy": "privacy", "system": "system"})
     return [
         (group, option)
         for group, folder in groups.items()
@@ -104,6 +104,8 @@ def test_the_walk_covers_the_shipped_options() -> None:
         ("robust@aggregation.robust", "trimmed_mean", "aggregation.robust.trim"),
         ("privacy", "central_fixed", "privacy.noise_multiplier"),
         ("privacy", "local", "privacy.epsilon"),
+        ("system", "mobile", "system.uplink_mbps.median"),
+        ("system", "profiles", "system.availability.mean_session"),
     } <= set(cases)
     assert ("dataset", "synthetic", "dataset.source.alpha") in cases
     assert len(cases) > 60
