@@ -32,6 +32,7 @@ import inspect
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from queue import Empty, Queue
 from threading import Event
 from types import ModuleType
@@ -451,10 +452,20 @@ def simulation_pickup_on_store() -> None:
 # ----- bytes on the wire ----------------------------------------------------------------------
 def wire_bytes(messages: Iterable[Message]) -> int:
     """Serialized size of `messages` as they travel (`wire_sizes`, summed)."""
-    return sum(wire_sizes(messages))
+    return sum(size.whole for size in wire_sizes(messages))
 
 
-def wire_sizes(messages: Iterable[Message]) -> list[int]:
+@dataclass(frozen=True)
+class WireSize:
+    """One message's bytes on the wire, and those of its content alone (without the message
+    object, whose metadata holds Flower's random ids: its size varies by a few bytes between
+    identical runs)."""
+
+    whole: int
+    content: int
+
+
+def wire_sizes(messages: Iterable[Message]) -> list[WireSize]:
     """Serialized size of each of `messages` as it travels: every object Flower moves for it.
 
     Flower deflates a message into content-addressed objects (message, records, array chunks)
@@ -466,10 +477,11 @@ def wire_sizes(messages: Iterable[Message]) -> list[int]:
     out = []
     with no_object_id_recompute():
         for message in messages:
-            total = 0
+            whole = content = 0
             for object_id, obj in get_all_nested_objects(message).items():
                 if object_id not in sizes:
                     sizes[object_id] = len(obj.deflate())
-                total += sizes[object_id]
-            out.append(total)
+                whole += sizes[object_id]
+                content += 0 if obj is message else sizes[object_id]
+            out.append(WireSize(whole, content))
     return out

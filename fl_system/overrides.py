@@ -41,17 +41,22 @@ def mounted_groups(conf_dir: Path) -> dict[str, str]:
 
 
 def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) -> list[str]:
-    """`package=option` as `group@package=option` where `package` is a mounted group's; an
-    option the group does not have raises ValueError naming the key and the options."""
+    """`package=option` as `group@package=option` where `package` is a mounted group's (a
+    sweep too: `compression.up=none,st`); an option the group does not have raises ValueError
+    naming the key and the options."""
     out = []
+    parser = OverridesParser.create()
     for override in overrides:
         key, eq, value = override.partition("=")
         if not (eq and key in mounts):
             out.append(override)
             continue
         known = options(conf_dir, mounts[key])
-        if value not in known:
-            raise ValueError(f"{key}={value}: no such option; choose one of {', '.join(known)}")
+        for choice in _named(parser.parse_override(override).value()):
+            if choice not in known:
+                raise ValueError(
+                    f"{key}={choice}: no such option; choose one of {', '.join(known)}"
+                )
         out.append(f"{mounts[key]}@{key}={value}")
     return out
 

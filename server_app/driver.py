@@ -145,7 +145,9 @@ class RoundDriver:
             )
             return arrays, {"round": rnd, "participants": 0, "failures": failed}, None
         if record.idle:
-            return arrays, {"round": rnd, "participants": 0, **record.result.metrics}, None
+            failed = len(record.result.failures)
+            row = {"round": rnd, "participants": 0, "failures": failed, **record.result.metrics}
+            return arrays, row, None
         result = record.result
         if released is None or result.participants < (self.cfg.min_clients or 1):
             reasons = grouped_reasons(result.failures)

@@ -26,6 +26,7 @@ from flwr.app import ArrayRecord, Error, Message, Metadata
 from flwr.serverapp import Grid
 
 from fl_system import flwr_hooks, wire
+from fl_system.flwr_hooks import WireSize
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,8 @@ class Traffic:
     replies: list[Message]
     bytes_down: int
     bytes_up: int
-    down_by_node: dict[int, int] = field(default_factory=dict)
-    up_by_node: dict[int, int] = field(default_factory=dict)
+    down_by_node: dict[int, WireSize] = field(default_factory=dict)
+    up_by_node: dict[int, WireSize] = field(default_factory=dict)
 
 
 REPLY_TOO_LARGE = 413  # Error.code of a reply refused for its size
@@ -67,18 +68,19 @@ def exchange(
         for message, packed in zip(messages, wire.pack_each(originals), strict=True):
             message.content = packed
     sizes = flwr_hooks.wire_sizes(messages)
-    down_by_node = {m.metadata.dst_node_id: size for m, size in zip(messages, sizes, strict=True)}
+    down_by_node = {m.metadata.dst_node_id: s for m, s in zip(messages, sizes, strict=True)}
     try:
         replies, up_by_node = _push_and_pull(grid, messages, timeout, max_reply_bytes)
     finally:
         for message, content in zip(messages, originals, strict=True):
             message.content = content  # the caller keeps seeing what it built
-    return Traffic(replies, sum(sizes), sum(up_by_node.values()), down_by_node, up_by_node)
+    bytes_up = sum(s.whole for s in up_by_node.values())
+    return Traffic(replies, sum(s.whole for s in sizes), bytes_up, down_by_node, up_by_node)
 
 
 def _push_and_pull(
     grid: Grid, messages: list[Message], timeout: float, max_reply_bytes: int | None
-) -> tuple[list[Message], dict[int, int]]:
+) -> tuple[list[Message], dict[int, WireSize]]:
     """The replies and their bytes by sender; each is counted and unpacked as it arrives, not
     at the end."""
     flwr_hooks.abandon_replies_of_dead_senders(lambda node: node in set(grid.get_node_ids()))
@@ -87,7 +89,7 @@ def _push_and_pull(
     pending = set(ids)
     deadline = time.monotonic() + timeout
     replies: list[Message] = []
-    up_by_node: dict[int, int] = {}
+    up_by_node: dict[int, WireSize] = {}
     wait, pulls, pulling = FIRST_POLL_SECONDS, 0, 0.0
     while pending:
         start = time.monotonic()
@@ -96,10 +98,10 @@ def _push_and_pull(
         pending.difference_update(m.metadata.reply_to_message_id for m in got)
         for reply in got:
             if not reply.has_error():
-                size = flwr_hooks.wire_bytes([reply])
+                size = flwr_hooks.wire_sizes([reply])[0]
                 up_by_node[reply.metadata.src_node_id] = size
-                if max_reply_bytes is not None and size > max_reply_bytes:
-                    reply = _refused(reply, size, max_reply_bytes)
+                if max_reply_bytes is not None and size.whole > max_reply_bytes:
+                    reply = _refused(reply, size.whole, max_reply_bytes)
                 else:
                     reply.content = wire.unpack(reply.content)
             replies.append(reply)
@@ -162,8 +164,9 @@ class Tally:
 
 @dataclass
 class NodeMessages:
-    """The sizes of the messages one node received and sent in a round (the virtual clock
-    charges each its bytes and a latency)."""
+    """The content bytes of the messages one node received and sent in a round (the virtual
+    clock charges each its bytes and a latency; content alone, so that identical runs have
+    identical clocks)."""
 
     down: list[int] = field(default_factory=list)
     up: list[int] = field(default_factory=list)
@@ -231,9 +234,9 @@ class Courier:
                     label,
                 )
         for node, size in traffic.down_by_node.items():
-            self.node_messages.setdefault(node, NodeMessages()).down.append(size)
+            self.node_messages.setdefault(node, NodeMessages()).down.append(size.content)
         for node, size in traffic.up_by_node.items():
-            self.node_messages.setdefault(node, NodeMessages()).up.append(size)
+            self.node_messages.setdefault(node, NodeMessages()).up.append(size.content)
         tally = self.tallies.setdefault(label, Tally())
         tally.bytes_up += traffic.bytes_up
         tally.bytes_down += traffic.bytes_down

@@ -222,6 +222,13 @@ class VirtualClock:
             columns["late_discarded"] = opened.late
         return columns
 
+    @staticmethod
+    def rejected_all(failures: Sequence[object], columns: Mapping[str, float]) -> bool:
+        """Whether the clock (deadline, sessions) is why no reply of a round counted: such a
+        round leaves the model as it is, as a round nobody could work in does."""
+        rejected = columns.get("missed_deadline", 0) + columns.get("went_offline", 0)
+        return bool(failures) and len(failures) == rejected
+
     def _open(self) -> _Round:
         if self._round is None:  # a plan that never asked who is online (Flower's loop)
             self._round = _Round(start=self.now, wait=0.0)

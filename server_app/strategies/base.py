@@ -191,7 +191,13 @@ class FederatedStrategy(Strategy):
         if result is None:  # nobody could work this round: the model stays as it is
             result = RoundResult(None, dict(plan.metrics), [], 0)
         if fed.clock is not None:
-            result.metrics.update(fed.clock.close())
+            clocked = fed.clock.close()
+            result.metrics.update(clocked)
+            if result.arrays is None and fed.clock.rejected_all(result.failures, clocked):
+                log.warning(
+                    "round %d: no client finished in (virtual) time: the model stays", server_round
+                )
+                idle = True
         new_arrays, broadcast = None, {}
         if result.arrays is not None:
             new_arrays, broadcast = fed.commit(result.arrays, server_round)

@@ -40,11 +40,14 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """A run stopped by Ctrl-C and resumed ends exactly where the uninterrupted run with the
-    same seed ends; another seed gives another history; every run has its own id."""
+    same seed ends, its virtual clock and the clients' sessions too (system=mobile, clients
+    online 3/4 of the time); another seed gives another history; every run has its own id."""
     # the interrupt (polled every 0.2 s, sent after round 3) lands mid-run even at 0.03 s a round
     rounds = 60
     straight, broken, other = tmp_path / "straight", tmp_path / "broken", tmp_path / "other"
-    args = [*SIM, "partition=dirichlet", "seed=3", f"num_rounds={rounds}"]
+    clock = ["system=mobile", "system.availability.fraction=0.75"]
+    args = [*SIM, *clock, "system.availability.mean_session=20", "partition=dirichlet", "seed=3"]
+    args.append(f"num_rounds={rounds}")
     result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -58,9 +61,10 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     assert [pid for pid in stopped.process_tree if alive(pid)] == []
     stopped_at = load_checkpoint(broken / "checkpoint.npz").round
     assert 3 <= stopped_at < rounds
-    # the stop ended the engine before any client: no client failed, no round went partial
+    # the stop ended the engine before any client: no client failed (but for the sessions
+    # that ended mid-round), no round went partial
     assert "Traceback" not in (broken / "logs" / "serverapp.log").read_text()
-    assert {r["failures"] for r in _rows(broken)} == {"0"}
+    assert {int(r["failures"]) - int(r["went_offline"]) for r in _rows(broken)} == {0}
     first_id = _run_id(broken)
 
     result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)
@@ -84,6 +88,12 @@ def _assert_same_end(straight: Path, resumed: Path, rounds: int) -> None:
     for key in a.model:
         np.testing.assert_array_equal(a.model[key], b.model[key])
     assert _accuracies(straight) == _accuracies(resumed)
+    clock = ("virtual_", "vtime_", "online", "went_offline")  # system=...: the clock's columns
+    timed = [
+        [{k: v for k, v in row.items() if k.startswith(clock)} for row in _rows(run)]
+        for run in (straight, resumed)
+    ]
+    assert timed[0] == timed[1]
 
 
 def _run_id(run_dir: Path) -> str:

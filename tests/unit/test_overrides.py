@@ -39,6 +39,13 @@ def test_the_default_codec_sends_models_as_they_are() -> None:
 def test_an_unknown_option_names_the_key_and_the_choices() -> None:
     with pytest.raises(ValueError, match=r"compression\.up=zip: no such option; choose one of"):
         rewrite(["compression.up=zip"], mounted_groups(CONF_DIR), CONF_DIR)
+    with pytest.raises(ValueError, match=r"compression\.up=zip: no such option; choose one of"):
+        rewrite(["compression.up=st,zip"], mounted_groups(CONF_DIR), CONF_DIR)
+
+
+def test_a_mounted_group_sweeps_like_any_other() -> None:
+    rewritten = rewrite(["compression.up=none,st"], mounted_groups(CONF_DIR), CONF_DIR)
+    assert rewritten == ["codec@compression.up=none,st"]
 
 
 @pytest.mark.parametrize(
