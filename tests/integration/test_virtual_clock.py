@@ -14,11 +14,10 @@ from .conftest import QUICK, run_sweep
 
 pytestmark = pytest.mark.integration
 
-# One of each shape of round: plain averaging (fedavg, fedprox, moon, feddyn, fedadam),
-# control variates (scaffold), normalised steps (fednova), EFL's extra records both ways,
-# FedGSNR's query before training, TACO's expulsions, FedCat's chains of copies.
-FAMILIES = ("fedavg", "fedprox", "moon", "feddyn", "fedadam", "scaffold", "fednova", "efl")
-FAMILIES += ("fedgsnr", "taco", "fedcat")
+# One of each shape of round: plain averaging (fedavg), a server optimiser (fedadam), control
+# variates (scaffold), normalised steps (fednova), EFL's extra records both ways, FedGSNR's
+# query before training, TACO's expulsions, FedCat's chains of copies.
+FAMILIES = ("fedavg", "fedadam", "scaffold", "fednova", "efl", "fedgsnr", "taco", "fedcat")
 UPLINK_MBPS = 2.0
 # The uplink is all that takes time: devices and downlinks a million times faster, no latency
 UPLINK_ONLY = [
@@ -70,8 +69,10 @@ def test_compression_cuts_virtual_time_as_it_cuts_uploaded_bytes(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """FedAvg dense vs sparse ternary uploads (q = 0.01), the uplink the bottleneck: the
-    round's virtual time falls in proportion to the bytes each client sends."""
-    sweep = [*ARGS, *UPLINK_ONLY, "compression.up=none,st"]
+    round's virtual time falls in proportion to the bytes each client sends. (A wider model
+    keeps the compressed update well above a message's metadata, which the clock leaves out:
+    its random ids vary its size between identical runs.)"""
+    sweep = [*ARGS, *UPLINK_ONLY, "model.hidden=[1000,1000]", "compression.up=none,st"]
     runs = {
         OmegaConf.load(member / "config.yaml").compression.up.name: _clock(member)[1]
         for member in run_sweep(sweep, tmp_path / "sweep", cli_env)
