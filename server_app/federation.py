@@ -50,7 +50,11 @@ class Federation:
     """The nodes of one grid and the experiment's round settings."""
 
     def __init__(
-        self, cfg: DictConfig, *, on_join: Callable[[int, MetricRecord], None] | None = None
+        self,
+        cfg: DictConfig,
+        *,
+        on_join: Callable[[int, MetricRecord], None] | None = None,
+        step_cost: float = 1.0,
     ) -> None:
         self.cfg = cfg
         self.on_join = on_join
@@ -70,7 +74,9 @@ class Federation:
         self.stragglers = stragglers.from_config(cfg)
         model = system.from_config(cfg)
         self.clock = (
-            VirtualClock(model, compression=self.compression) if model is not None else None
+            VirtualClock(model, compression=self.compression, step_cost=step_cost)
+            if model is not None
+            else None
         )
         self.client_eval = ClientEvaluation.from_config(cfg)
         self.courier = Courier(

@@ -26,7 +26,13 @@ from flwr.app import ArrayRecord, Message
 from fl_system import protocol
 from fl_system.compression import Compression
 from fl_system.system import SystemModel
-from fl_system.system.clock import client_seconds, first_finishers, round_seconds, steps_within
+from fl_system.system.clock import (
+    Profile,
+    client_seconds,
+    first_finishers,
+    round_seconds,
+    steps_within,
+)
 from server_app.exchange import NodeMessages
 from server_app.rejection import rejected
 from server_app.rounds import RoundPlan, RunFailed
@@ -58,10 +64,17 @@ class _Round:
 class VirtualClock:
     """The run's virtual time, advanced round by round."""
 
-    def __init__(self, system: SystemModel, *, compression: Compression | None = None) -> None:
+    def __init__(
+        self,
+        system: SystemModel,
+        *,
+        compression: Compression | None = None,
+        step_cost: float = 1.0,
+    ) -> None:
         self.system = system
         self.now = 0.0
         self.compression = compression  # compression.up: estimates a reply before one is seen
+        self.step_cost = step_cost  # the strategy's local step against plain SGD's
         self.estimate: tuple[float, float] | None = None  # last round's largest (down, up)
         self._round: _Round | None = None
         self._warned = False
@@ -95,7 +108,7 @@ class VirtualClock:
         steps = {
             pid: steps_within(
                 system.deadline,
-                system.profiles[pid],
+                self._profile(pid),
                 down=[down],
                 up=[up],
                 batch_size=system.batch_size,
@@ -118,6 +131,13 @@ class VirtualClock:
         }
         nodes = {node: pid for node, pid in plan.nodes.items() if pid in usable}
         return replace(plan, nodes=nodes, node_config=node_config, metrics=metrics)
+
+    def _profile(self, pid: int) -> Profile:
+        """The client's profile, its seconds per sample scaled by what a step costs."""
+        profile = self.system.profiles[pid]
+        if self.step_cost == 1.0:
+            return profile
+        return replace(profile, seconds_per_sample=profile.seconds_per_sample * self.step_cost)
 
     def _estimated_bytes(self, model: ArrayRecord) -> tuple[float, float]:
         """A training message's bytes each way: the largest of the last round, or the model's
@@ -155,7 +175,7 @@ class VirtualClock:
                     "(Flower's own Strategy.start?): its bytes are not on the virtual clock"
                 )
             t = client_seconds(
-                system.profiles[pid],
+                self._profile(pid),
                 down=sent.down,
                 up=sent.up,
                 steps=_steps(reply, system.local_steps),

@@ -16,6 +16,11 @@ def cells(keys: Sequence[str], rows: Sequence[dict], target: float | None) -> li
     if target is not None:
         header.append(f"rounds to {100 * target:g} %")
     header += ["MB up", "MB down", "training s"]
+    clocked = any(row["virtual_seconds_mean"] is not None for row in rows)  # system=...
+    if clocked:
+        header.append("virtual s")
+        if target is not None:
+            header.append(f"virtual s to {100 * target:g} %")
     lines = [header]
     for row in rows:
         line = [setting(row[k]) for k in keys]
@@ -33,6 +38,11 @@ def cells(keys: Sequence[str], rows: Sequence[dict], target: float | None) -> li
         line.append(_number(row["bytes_up_mean"], 1e-6, 2))
         line.append(_number(row["bytes_down_mean"], 1e-6, 2))
         line.append(_number(row["seconds_mean"], 1, 1))
+        if clocked:
+            line.append(_pm(row["virtual_seconds_mean"], row["virtual_seconds_std"], digits=1))
+            if target is not None:
+                virtual = (row["virtual_to_target_mean"], row["virtual_to_target_std"])
+                line.append(_pm(*virtual, digits=1))
         lines.append(line)
     return lines
 

@@ -60,8 +60,11 @@ def figures(run: Run, target: float | None) -> dict[str, Any]:
     summary = run.summary if run.summary is not None else summarize(run.rows, target_accuracy=None)
     out = {k: summary.get(k) for k in ("final_accuracy", "best_accuracy", "bytes_up", "bytes_down")}
     out["seconds"] = summary.get("wall_seconds")
+    out["virtual_seconds"] = summary.get("virtual_clock")  # system=...: the clock at the end
     if target is not None:
-        out["rounds_to_target"] = summarize(run.rows, target_accuracy=target)["rounds_to_target"]
+        reached = summarize(run.rows, target_accuracy=target)
+        out["rounds_to_target"] = reached["rounds_to_target"]
+        out["virtual_to_target"] = reached.get("virtual_seconds_to_target")
     return out
 
 
@@ -78,10 +81,16 @@ def table(runs: Sequence[Run], target: float | None = None) -> tuple[list[str], 
         row["finished"] = sum(run.finished for run in config.runs)
         for name in ("final_accuracy", "best_accuracy", "bytes_up", "bytes_down", "seconds"):
             row[f"{name}_mean"], row[f"{name}_std"] = _spread([f[name] for f in each])
+        row["virtual_seconds_mean"], row["virtual_seconds_std"] = _spread(
+            [f["virtual_seconds"] for f in each]
+        )
         if target is not None:
             reached = [f["rounds_to_target"] for f in each if f["rounds_to_target"] is not None]
             row["reached"] = len(reached)
             row["rounds_to_target_mean"], row["rounds_to_target_std"] = _spread(reached)
+            row["virtual_to_target_mean"], row["virtual_to_target_std"] = _spread(
+                [f["virtual_to_target"] for f in each]
+            )
         rows.append(row)
     return keys, rows
 

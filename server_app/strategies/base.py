@@ -98,6 +98,9 @@ class FederatedStrategy(Strategy):
     own_start: ClassVar[str | None] = None
     weighting: ClassVar[str | None] = "a rule of its own"
     refused_addons: ClassVar[tuple[Refusal, ...]] = ()  # add-ons it cannot take, and why
+    # What one of its clients' local steps costs against plain SGD's (one forward and backward
+    # on a batch): the virtual clock (system=...) charges its steps that much compute.
+    step_cost: ClassVar[float] = 1.0
 
     def __init__(
         self,
@@ -126,7 +129,11 @@ class FederatedStrategy(Strategy):
             and OmegaConf.select(cfg, "privacy.server") is not None
             and self.weighting_under_privacy() is None
         )
-        self.federation = Federation(cfg, on_join=self.on_handshake) if cfg is not None else None
+        self.federation = (
+            Federation(cfg, on_join=self.on_handshake, step_cost=self.step_cost)
+            if cfg is not None
+            else None
+        )
         self.last_round: RoundRecord | None = None
         self._open: _OpenRound | None = None
         self._evaluating: tuple[list[Message], int] = ([], 0)

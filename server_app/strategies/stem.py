@@ -36,6 +36,7 @@ class Stem(ServerVectorStrategy):
 
     extra_down = "the averaged momentum d"
     extra_up = "its momentum d"
+    step_cost = 2.0  # a second gradient, at the previous weights, on every step's batch
 
     def __init__(
         self,

@@ -200,3 +200,25 @@ def test_bad_options_are_refused(
         main([str(sweep), *args])
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(message)
+
+
+def test_runs_on_the_virtual_clock_show_their_virtual_time(tmp_path: Path) -> None:
+    """system=...: the clock at the end and when the target was reached, mean over seeds."""
+    for seed, step in ((0, 10.0), (1, 30.0)):
+        path = tmp_path / f"run{seed}"
+        _write_run(path, "fedavg", None, seed, [0.3, 0.6, 0.9])
+        rows = MetricsLog(path / "metrics.csv").rows()
+        log_path = path / "metrics.csv"
+        log_path.unlink()
+        log = MetricsLog(log_path)
+        for r, row in enumerate(rows, start=1):
+            log.append({**row, "virtual_seconds": step, "virtual_clock": step * r})
+        write_summary(path / "summary.json", summarize(log.rows(), target_accuracy=None))
+    runs, _ = find_runs([tmp_path])
+    _, rows = table(runs, target=0.55)
+    assert rows[0]["virtual_seconds_mean"] == pytest.approx(60.0)  # 30 and 90
+    assert rows[0]["virtual_to_target_mean"] == pytest.approx(40.0)  # round 2: 20 and 60
+    out = tmp_path / "table.md"
+    assert main([str(tmp_path), "--target", "0.55", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| virtual s | virtual s to 55 % |" in text and "| 60.0 ± 42.4 | 40.0 ± 28.3 |" in text

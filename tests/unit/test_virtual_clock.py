@@ -239,3 +239,17 @@ def test_metrics_of_a_reply_are_its_steps() -> None:
     clock.online(1, [0])
     clock.settle(plan, [plain], {100: NodeMessages([MB], [MB])})
     assert clock.close()["vtime_0"] == pytest.approx(4.8)
+
+
+def test_a_rule_whose_steps_cost_more_is_charged_for_them() -> None:
+    """STEM takes two gradients a step (step_cost 2): client 0's compute doubles, 3.2 -> 6.4."""
+    from server_app.strategies.stem import Stem
+
+    _, columns = _round(VirtualClock(_system(), step_cost=Stem.step_cost))
+    assert columns["vtime_0"] == pytest.approx(0.55 + 6.4 + 1.05)
+    fit = VirtualClock(_system(deadline=6.0), step_cost=2.0)
+    fit.estimate = (MB, MB)
+    plan = fit.fit_deadline(
+        RoundPlan(1, ArrayRecord(), ConfigRecord(), {100: 0}), partial_work=True
+    )
+    assert plan.node_config == {0: {protocol.LOCAL_STEPS: 6}}  # 4.4 s spare at 0.64 s a step
