@@ -116,6 +116,10 @@ def _error_lines(stderr: str) -> list[str]:
             ["clients.freeloaders.ids=[0,4]"],
             "clients.freeloaders.ids must be a list of partition ids in 0..3, got [0, 4]",
         ),
+        (
+            ["system=mobile", "system.uplink_mbps.median=-5"],
+            "system.uplink_mbps must be {median: a positive number of Mbit/s, sigma: a number",
+        ),
     ],
 )
 def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> None:
