@@ -2,7 +2,7 @@
 
 networks  FedAvg dense, FedAvg + ST + EF at q = 1/25 and 1/100 (both ways) and EFL (ST both
           ways at q = 1/25, top-k u/v), each under system=profiles (fast broadband),
-          system=mobile (phones over 4G) and system=slow_uplink
+          system=mobile (phones over 4G), system=slow_uplink, and phones on broadband
 deadline  FedAvg without a deadline, then FedAvg, FedProx, FedNova and EFL under one
           system.round_deadline on phones whose compute varies widely (system=mobile,
           compute sigma 1.0): FedAvg drops who cannot do all E steps, the others use the
@@ -35,10 +35,15 @@ NETWORK_COMMON = (
     "train.momentum=0.0",
     "eval_every=2",
 )
-NETWORKS = {
-    "profiles": "fast broadband (system=profiles)",
-    "mobile": "phones over 4G (system=mobile)",
-    "slow_uplink": "slow uplink (system=slow_uplink)",
+NETWORKS = {  # name: (title, overrides)
+    "profiles": ("fast broadband (system=profiles)", ("system=profiles",)),
+    "mobile": ("phones over 4G (system=mobile)", ("system=mobile",)),
+    "slow_uplink": ("slow uplink (system=slow_uplink)", ("system=slow_uplink",)),
+    # the same broadband, devices as slow as system=mobile's: compute, not bytes, sets the pace
+    "phones_broadband": (
+        "phones on fast broadband (system=profiles, mobile compute)",
+        ("system=profiles", "system.compute.median=3.0", "system.compute.sigma=0.8"),
+    ),
 }
 # (key, q, label): q = 0 for dense
 NETWORK_ARMS = (
@@ -70,19 +75,21 @@ DEADLINE_ARMS = (  # (label, algorithm overrides, whether the deadline applies)
     ("FedProx, deadline (partial work)", ("algorithm=fedprox", "algorithm.mu=0.01"), True),
     ("FedNova, deadline (partial work)", ("algorithm=fednova",), True),
     ("EFL, deadline (partial work)", ("algorithm=efl",), True),
+    # the spec's stability knob: E/s capped at theta (EFL spec 3, "theta in {5, 10}")
+    ("EFL, theta = 5, deadline (partial work)", ("algorithm=efl", "algorithm.theta=5"), True),
 )
 TACO_TABLE_V = ("FedAvg", "FedProx", "FoolsGold", "SCAFFOLD", "STEM", "FedACG", "FedDyn", "TACO")
 
 
 def network_specs(args: argparse.Namespace) -> list[RunSpec]:
     out = []
-    for network in NETWORKS:
+    for network, (_, system) in NETWORKS.items():
         for key, q, label in NETWORK_ARMS:
             for seed in args.seeds:
                 overrides = (
                     *NETWORK_COMMON,
                     *COMPRESSION_ARMS[key].overrides(q),
-                    f"system={network}",
+                    *system,
                     f"seed={seed}",
                     f"num_rounds={args.rounds}",
                 )

@@ -71,12 +71,12 @@ def network_section(args: argparse.Namespace, outcomes: Sequence[RunOutcome]) ->
     lines = [
         "## (a) Compression against time to accuracy, three networks",
         "",
-        f"`fl-run {' '.join(NETWORK_COMMON)}` + the arm + `system=<network>`, {args.rounds} "
+        f"`fl-run {' '.join(NETWORK_COMMON)}` + the arm + the network's settings, {args.rounds} "
         f"rounds, seeds {', '.join(map(str, args.seeds))}. Codec q both ways (the compression "
         "study's arms). Virtual time to a target: the virtual clock at the first evaluation at "
         "or above it (s, mean ± std over seeds). Final: mean of the last 3 evaluations.",
     ]
-    for network, title in NETWORKS.items():
+    for network, (title, _) in NETWORKS.items():
         setting = f"networks {network}"
         head = "| arm | final (%) | virtual s per round | "
         head += " | ".join(f"to {100 * t:g} % (s)" for t in targets) + " |"
@@ -206,12 +206,16 @@ def write_plot(args: argparse.Namespace, outcomes: Sequence[RunOutcome], path: P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(f"networks {n}", t, [a[2] for a in NETWORK_ARMS]) for n, t in NETWORKS.items()]
+    panels = [(f"networks {n}", t, [a[2] for a in NETWORK_ARMS]) for n, (t, _) in NETWORKS.items()]
     panels.append(("deadline", "deadline on phones", [a[0] for a in DEADLINE_ARMS]))
     panels = [p for p in panels if any(o.spec.setting == p[0] for o in outcomes)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
     try:
-        for ax, (setting, title, arms) in zip(axes.flat, panels, strict=True):
+        for ax, (setting, title, arms) in zip(axes.flat, panels, strict=False):
             for color, arm in zip(COLORS, arms, strict=False):
                 runs = _of(outcomes, setting, arm)
                 curves = [
