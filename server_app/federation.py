@@ -29,7 +29,7 @@ from server_app.compression import UpdateTally, expand_replies
 from server_app.downlink import Downlink
 from server_app.exchange import Courier
 from server_app.nodes import NodeRegistry
-from server_app.rounds import RoundPlan, RunFailed
+from server_app.rounds import RoundPlan, RoundResult, RunFailed
 from server_app.virtual_clock import VirtualClock
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,26 @@ class Federation:
         if self.compression is None:
             return UpdateTally()
         return expand_replies(self.compression, sent, replies)
+
+    def finished(self, plan: RoundPlan, replies: list[Message]) -> list[Message]:
+        """The training replies that finished in (virtual) time: all of them without a clock."""
+        if self.clock is None:
+            return replies
+        return self.clock.settle(plan, replies, self.courier.node_messages)
+
+    def close_round(self, server_round: int, result: RoundResult) -> bool:
+        """The virtual clock's columns into the round's metrics; whether the clock is why no
+        reply counted (such a round keeps the model, as one nobody could work in does)."""
+        if self.clock is None:
+            return False
+        rejected = self.clock.rejected
+        result.metrics.update(self.clock.close())
+        if result.arrays is None and result.failures and len(result.failures) == rejected:
+            log.warning(
+                "round %d: no client finished in (virtual) time: the model stays", server_round
+            )
+            return True
+        return False
 
     # ----- the global model ----------------------------------------------------------------
     def commit(self, arrays: ArrayRecord, server_round: int) -> tuple[ArrayRecord, dict[str, int]]:

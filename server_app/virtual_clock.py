@@ -242,12 +242,11 @@ class VirtualClock:
             columns["late_discarded"] = opened.late
         return columns
 
-    @staticmethod
-    def rejected_all(failures: Sequence[object], columns: Mapping[str, float]) -> bool:
-        """Whether the clock (deadline, sessions) is why no reply of a round counted: such a
-        round leaves the model as it is, as a round nobody could work in does."""
-        rejected = columns.get("missed_deadline", 0) + columns.get("went_offline", 0)
-        return bool(failures) and len(failures) == rejected
+    @property
+    def rejected(self) -> int:
+        """Replies of the open round the clock rejected (past the deadline, session over)."""
+        opened = self._open()
+        return opened.missed + opened.offline
 
     def _open(self) -> _Round:
         if self._round is None:  # a plan that never asked who is online (Flower's loop)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import shutil
 import statistics
 import tempfile
@@ -22,24 +21,13 @@ from pathlib import Path
 
 from benchmarks.harness.fl_run import Code, cpu_model, remove_worktree, run_fl, worktree
 from benchmarks.harness.paths import invocation, report_path
-from fl_system.results import read_rows
+from benchmarks.harness.round_costs import SETTINGS, TIMEOUT, round_seconds
 
 STUDY = "clock_overhead"
-ROUNDS = 20  # a local round's seconds jump with the moments SuperNodes poll: many rounds
-SETTINGS = {
-    f"default command (runtime=local, 4 clients), {ROUNDS} rounds": [f"num_rounds={ROUNDS}"],
-    f"simulation, 100 clients, {ROUNDS} rounds": [
-        "runtime=simulation",
-        "num_clients=100",
-        f"num_rounds={ROUNDS}",
-    ],
-}
-TIMEOUT = 900
 
 
 def median_round(run_dir: Path) -> float:
-    walls = [float(r["wall_seconds"]) for r in read_rows(run_dir / "metrics.csv")]
-    return statistics.median(b - a for a, b in itertools.pairwise(walls))
+    return statistics.median(round_seconds(run_dir))
 
 
 def main(argv: list[str] | None = None) -> int:

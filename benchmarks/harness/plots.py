@@ -26,13 +26,26 @@ class Panel:
     title: str
     curves: Sequence[Curve]
     target: float | None = None  # a dotted horizontal line (accuracy fraction)
+    # the x axis: the round, or a metrics.csv column (e.g. virtual_clock) divided by x_scale,
+    # each seed's curve interpolated onto a shared grid
+    x_column: str | None = None
+    x_label: str = "round"
+    x_scale: float = 1.0
+
+    def points(self, o: RunOutcome) -> tuple[list[float], list[float]]:
+        """(x, test accuracy) of one run at its evaluated rounds."""
+        if self.x_column is None:
+            return o.evaluated, o.accuracies
+        rows = [r for r in o.rows if r.get("test_accuracy")]
+        return [float(r[self.x_column]) / self.x_scale for r in rows], o.accuracies
 
 
 PANELS_PER_ROW = 3
 
 
 def write_curves(panels: Sequence[Panel], path: Path) -> None:
-    """One panel each: test accuracy (%) against round, mean over seeds; 3 panels a row."""
+    """One panel each: test accuracy (%) against round (or the panel's x column), mean over
+    seeds; 3 panels a row."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +61,8 @@ def write_curves(panels: Sequence[Panel], path: Path) -> None:
             curves = panel.curves
             for curve in curves:
                 # a seed that diverged (or stopped) drops out of the mean from then on
-                x, mean, std = seed_band([(o.evaluated, o.accuracies) for o in curve.runs])
+                points = [panel.points(o) for o in curve.runs]
+                x, mean, std = seed_band(points, interpolate=panel.x_column is not None)
                 mean, std = 100 * mean, 100 * std
                 style = "--" if curve.dashed else "-"
                 ax.plot(x, mean, color=curve.color, ls=style, label=curve.label)
@@ -56,7 +70,7 @@ def write_curves(panels: Sequence[Panel], path: Path) -> None:
             if panel.target is not None:
                 ax.axhline(100 * panel.target, color="grey", ls=":", lw=1)
             ax.set_title(panel.title, fontsize=9)
-            ax.set_xlabel("round")
+            ax.set_xlabel(panel.x_label)
             ax.set_ylabel("test accuracy (%)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="lower right")

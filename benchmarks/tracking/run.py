@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import shutil
 import statistics
 import tempfile
@@ -30,28 +29,12 @@ from omegaconf import OmegaConf, open_dict
 
 from benchmarks.harness.fl_run import cpu_model, run_fl
 from benchmarks.harness.paths import invocation, report_path
+from benchmarks.harness.round_costs import SETTINGS, TIMEOUT, round_seconds
 from fl_system.launch.processes import tool_env
 from fl_system.results import read_rows
 from fl_system.tracking.session import TrackedRun
 
 STUDY = "tracking"
-# 20 rounds, not the default 5: a local round's seconds jump between ~1 and ~4 s with the
-# moments the SuperNodes poll, and only many rounds average that out
-ROUNDS = 20
-SETTINGS = {
-    f"default command (runtime=local, 4 clients), {ROUNDS} rounds": [f"num_rounds={ROUNDS}"],
-    f"simulation, 100 clients, {ROUNDS} rounds": [
-        "runtime=simulation",
-        "num_clients=100",
-        f"num_rounds={ROUNDS}",
-    ],
-}
-TIMEOUT = 900
-
-
-def round_seconds(run_dir: Path) -> list[float]:
-    walls = [float(r["wall_seconds"]) for r in read_rows(run_dir / "metrics.csv")]
-    return [b - a for a, b in itertools.pairwise(walls)]
 
 
 def one_run(overrides: list[str], tracked: bool, work: Path, label: str) -> dict:

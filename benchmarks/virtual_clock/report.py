@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.harness.outcome import RunOutcome
+from benchmarks.harness.plots import Curve, Panel, write_curves
 from benchmarks.harness.reproduce import Started
 from benchmarks.harness.seeds import mean_std, pct
 from benchmarks.harness.tables import machine_line, report_text
@@ -23,7 +24,6 @@ from benchmarks.virtual_clock.arms import (
     TACO_TIMING_ROUNDS,
 )
 from fl_system.results import virtual_summary
-from fl_system.seed_stats import seed_band
 
 COLORS = ("black", "tab:blue", "tab:purple", "tab:green", "tab:orange", "tab:red")
 
@@ -199,44 +199,25 @@ def _compute(o: RunOutcome) -> float:
     return statistics.median(float(r["compute_seconds_max"]) for r in o.rows[1:])
 
 
-def write_plot(args: argparse.Namespace, outcomes: Sequence[RunOutcome], path: Path) -> None:
+def write_plot(outcomes: Sequence[RunOutcome], path: Path) -> None:
     """Accuracy against virtual time: one panel per network, one for the deadline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [(f"networks {n}", t, [a[2] for a in NETWORK_ARMS]) for n, (t, _) in NETWORKS.items()]
-    panels.append(("deadline", "deadline on phones", [a[0] for a in DEADLINE_ARMS]))
-    panels = [p for p in panels if any(o.spec.setting == p[0] for o in outcomes)]
-    cols = min(3, len(panels))
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
-    for ax in axes.flat[len(panels) :]:
-        ax.set_visible(False)
-    try:
-        for ax, (setting, title, arms) in zip(axes.flat, panels, strict=False):
-            for color, arm in zip(COLORS, arms, strict=False):
-                runs = _of(outcomes, setting, arm)
-                curves = [
-                    (
-                        [float(r["virtual_clock"]) for r in o.rows if r.get("test_accuracy")],
-                        o.accuracies,
-                    )
-                    for o in runs
-                ]
-                x, mean, _ = seed_band(curves, interpolate=True)
-                ax.plot(x / 60, 100 * mean, color=color, label=arm)
-            ax.set_title(title, fontsize=9)
-            ax.set_xlabel("virtual minutes")
-            ax.set_ylabel("test accuracy (%)")
-            ax.set_ylim(max(0, 100 * min(args.targets) - 30), 100)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    groups = [(f"networks {n}", t, [a[2] for a in NETWORK_ARMS]) for n, (t, _) in NETWORKS.items()]
+    groups.append(("deadline", "deadline on phones", [a[0] for a in DEADLINE_ARMS]))
+    panels = [
+        Panel(
+            title,
+            [
+                Curve(arm, _of(outcomes, setting, arm), color)
+                for color, arm in zip(COLORS, arms, strict=False)
+            ],
+            x_column="virtual_clock",
+            x_label="virtual minutes",
+            x_scale=60.0,
+        )
+        for setting, title, arms in groups
+        if any(o.spec.setting == setting for o in outcomes)
+    ]
+    write_curves(panels, path)
 
 
 def render(args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, at: Started) -> str:
@@ -251,7 +232,7 @@ def render(args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, at:
         "",
         machine_line(at.load),
     ]
-    write_plot(args, outcomes, plot)
+    write_plot(outcomes, plot)
     sections = [header]
     if "networks" in args.groups:
         sections.append(network_section(args, outcomes))

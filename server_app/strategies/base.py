@@ -49,6 +49,7 @@ from server_app.rounds import (
 from server_app.strategies.replies import (
     ClientReply,
     arrays_like,
+    reply_mean,
     screen_replies,
     unpack_replies,
 )
@@ -130,9 +131,9 @@ class FederatedStrategy(Strategy):
             and self.weighting_under_privacy() is None
         )
         self.federation = (
-            Federation(cfg, on_join=self.on_handshake, step_cost=self.step_cost)
-            if cfg is not None
-            else None
+            None
+            if cfg is None
+            else Federation(cfg, on_join=self.on_handshake, step_cost=self.step_cost)
         )
         self.last_round: RoundRecord | None = None
         self._open: _OpenRound | None = None
@@ -185,8 +186,7 @@ class FederatedStrategy(Strategy):
         if opened.steps is not None:
             replies = list(replies)
             opened.updates.add(fed.received(opened.sent, replies))
-            if fed.clock is not None:  # who finished in (virtual) time
-                replies = fed.clock.settle(plan, replies, fed.courier.node_messages)
+            replies = fed.finished(plan, replies)
             opened.replies.extend(replies)
             try:
                 step = opened.steps.send(replies)
@@ -197,14 +197,7 @@ class FederatedStrategy(Strategy):
         idle = result is None
         if result is None:  # nobody could work this round: the model stays as it is
             result = RoundResult(None, dict(plan.metrics), [], 0)
-        if fed.clock is not None:
-            clocked = fed.clock.close()
-            result.metrics.update(clocked)
-            if result.arrays is None and fed.clock.rejected_all(result.failures, clocked):
-                log.warning(
-                    "round %d: no client finished in (virtual) time: the model stays", server_round
-                )
-                idle = True
+        idle = fed.close_round(server_round, result) or idle
         new_arrays, broadcast = None, {}
         if result.arrays is not None:
             new_arrays, broadcast = fed.commit(result.arrays, server_round)
@@ -484,14 +477,6 @@ class FederatedStrategy(Strategy):
         unknown = sorted(set(state) - claimed)
         if unknown:
             raise ValueError(f"{type(self).__name__} does not keep state {unknown}")
-
-
-def reply_mean(replies: list[ClientReply], key: str) -> float:
-    """The data-size-weighted mean of a reply metric over the replies that carry it (NaN if
-    none does)."""
-    pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
-    total = sum(n for n, _ in pairs)
-    return sum(n * v for n, v in pairs) / total if total else float("nan")
 
 
 def numeric_metrics(metrics: Mapping[str, object]) -> MetricRecord:

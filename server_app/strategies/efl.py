@@ -40,8 +40,9 @@ from fl_system.codecs import CodecError
 from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState, reply_mean
+from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 from server_app.strategies.layer_state import LayerState, float_layers
+from server_app.strategies.replies import reply_mean
 
 log = logging.getLogger(__name__)
 

@@ -179,3 +179,11 @@ def screen_replies(
         else:
             failures.append(ClientFailure(reply.node_id, f"partition {reply.partition_id}: {why}"))
     return kept, failures
+
+
+def reply_mean(replies: list[ClientReply], key: str) -> float:
+    """The data-size-weighted mean of a reply metric over the replies that carry it (NaN if
+    none does)."""
+    pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
+    total = sum(n for n, _ in pairs)
+    return sum(n * v for n, v in pairs) / total if total else float("nan")
