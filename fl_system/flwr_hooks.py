@@ -11,10 +11,7 @@ only *how fast* that happens:
 - the launcher claims tasks and starts each app in a forked child instead of a fresh
   `flwr-clientapp` / `flwr-serverapp` interpreter, installs the FAB once per machine and
   hash, and answers for a killed ClientApp at once (`fl_system.flwr_tasks`, checked here too);
-- the simulation engine picks a message up when it is stored, not at its next 0.1 s sweep,
-  may run its ClientApps on forked workers instead of Ray (`simulation_backend`), and
-  loads the apps by their component references with the run config in the ServerApp's context
-  (`_run_simulation`, which `flwr run` uses; the public `run_simulation` takes neither);
+- the simulation engine's own hooks live in `fl_system.flwr_engine`;
 - bytes on the wire are counted on Flower's own content-addressed objects;
 - a reply whose sender dies while uploading it is given up once the sender is offline, not
   after Flower's 180 s object-push session (which also blocked every other reply);
@@ -33,10 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from queue import Empty, Queue
-from threading import Event
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import flwr.supercore.heartbeat as flwr_heartbeat
 from flwr.app import Message
@@ -56,15 +50,11 @@ from flwr.supercore.inflatable.inflatable_utils import (
 from flwr.supercore.inflatable.inflatable_utils import pull_objects as flwr_pull_objects
 from flwr.supercore.runtime import RuntimeHttpClient
 
-if TYPE_CHECKING:
-    from flwr.server.superlink.fleet.vce.backend import Backend
-    from flwr.server.superlink.linkstate import LinkState
 from fl_system.supernode.polling import PollSchedule
 
 ISOLATION = ISOLATION_MODE_PROCESS  # the SuperNode serves the Runtime API; we launch apps
 IDLE_PULL_SLEEP = 3  # flwr's sleep after a pull that found no message
 REPLY_SLEEP = 0.5  # flwr's sleep while waiting for the ClientApp's reply (and its objects)
-SIMULATION_PICKUP = 0.1  # flwr's simulation engine looks for new messages this often
 
 
 class FlwrInternalsChanged(RuntimeError):
@@ -73,24 +63,18 @@ class FlwrInternalsChanged(RuntimeError):
 
 def check() -> None:
     """Raise FlwrInternalsChanged naming everything that moved in the installed flwr."""
-    from fl_system import flwr_tasks
+    from fl_system import flwr_engine, flwr_tasks
 
-    _raise_if(
+    raise_if(
         _node_loop_problems()
-        + _simulation_problems()
+        + flwr_engine.problems()
         + _heartbeat_problems()
         + _reply_pull_problems()
         + flwr_tasks.problems()
     )
 
 
-def check_simulation() -> None:
-    """check() for the simulation engine alone: its process needs none of the rest (and
-    importing the node's and the SuperLink's modules to check them would cost ~1 s)."""
-    _raise_if(_simulation_problems())
-
-
-def _raise_if(problems: list[str]) -> None:
+def raise_if(problems: list[str]) -> None:
     if problems:
         raise FlwrInternalsChanged(
             "the installed flwr differs from the 1.36 internals fl_system relies on: "
@@ -112,18 +96,6 @@ def _node_loop_problems() -> list[str]:
     if "_pull_and_store_message(" not in loop_source:
         problems.append("start_client_internal no longer calls _pull_and_store_message")
     return problems
-
-
-def _simulation_problems() -> list[str]:
-    from flwr.superlink.grid import InMemoryGrid
-
-    problems = []
-    pickup = inspect.getsource(_simulation_engine().add_messages_to_queue)
-    if f"f_stop.wait({SIMULATION_PICKUP})" not in pickup or "get_message_ins" not in pickup:
-        problems.append("the simulation engine no longer picks messages up as it did")
-    if "store_message_ins" not in inspect.getsource(InMemoryGrid.push_messages):
-        problems.append("the simulation's grid no longer stores messages with store_message_ins")
-    return problems + _backend_problems() + _stop_problems()
 
 
 # ----- the SuperNode process ------------------------------------------------------------------
@@ -189,12 +161,6 @@ def _fleet_handler() -> ModuleType:
     """The SuperLink's Fleet API handler, imported when used: it brings the SuperLink's
     state (SQLAlchemy, Alembic: ~0.5 s)."""
     return importlib.import_module("flwr.server.superlink.fleet.message_handler.message_handler")
-
-
-def _simulation_engine() -> ModuleType:
-    """Flower's simulation engine, imported when used: it brings the SuperLink's in-memory
-    state (SQLAlchemy, Alembic: ~0.5 s), which ServerApps and fl-run never need."""
-    return importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
 
 
 def _http_grid() -> ModuleType:
@@ -314,139 +280,6 @@ def abandon_replies_of_dead_senders(is_online: Callable[[int], bool]) -> None:
 
     RuntimeHttpClient.PullMessages = pull_and_note_senders  # type: ignore[method-assign]
     flwr_http_grid.pull_objects = pull_or_give_up
-
-
-# ----- the simulation engine ------------------------------------------------------------------
-def simulation_by_reference() -> Callable[..., object]:
-    """Flower's `_run_simulation`: it loads the apps by component reference and runs the
-    ServerApp with a given context (imported here: it brings Ray, which nodes do not need)."""
-    from flwr.simulation.run_simulation import _run_simulation
-
-    loads = {"server_app_attr", "client_app_attr", "server_app_context", "app_dir"}
-    if not loads <= set(inspect.signature(_run_simulation).parameters):
-        raise FlwrInternalsChanged(
-            "the installed flwr's _run_simulation no longer takes " + ", ".join(sorted(loads))
-        )
-    return _run_simulation
-
-
-def simulation_backend(make: Callable[[], Backend]) -> None:
-    """Run the simulation's ClientApps on the backend `make` builds instead of Ray.
-
-    Flower's `start_vce` always builds a `RayBackend` (its `backend_name` is only checked),
-    in a local function that it hands to `run_api` as `backend_fn`: that argument is swapped.
-    """
-    engine = _simulation_engine()
-    run_api = engine.run_api
-
-    def run_api_on_our_backend(app_fn: Callable[..., object], _: object, *args: object) -> None:
-        run_api(app_fn, make, *args)
-
-    engine.run_api = run_api_on_our_backend
-
-
-def _backend_problems() -> list[str]:
-    engine = _simulation_engine()
-    params = list(inspect.signature(engine.run_api).parameters)
-    if params[:2] != ["app_fn", "backend_fn"]:
-        return ["the simulation engine's run_api no longer takes (app_fn, backend_fn, ...)"]
-    if "backend_fn,\n" not in inspect.getsource(engine.start_vce):
-        return ["start_vce no longer hands run_api its backend_fn"]
-    return []
-
-
-STOP_CHECK_SECONDS = 0.05  # how soon the engine's idle threads see that the run ended
-
-
-def simulation_stops_at_once() -> None:
-    """Make the simulation engine's threads end as soon as the run ends.
-
-    Its workers and its reply thread wait up to 1 s on their queues before they look at the
-    stop event again, so every run ended about a second after its last line (a second per
-    member of a sweep). Their queue waits are cut into STOP_CHECK_SECONDS slices that end
-    once the stop event is set; nothing else about them changes.
-    """
-    engine = _simulation_engine()
-    worker, put_message_into_state = engine.worker, engine.put_message_into_state
-
-    def stopping_worker(messageins_queue: Queue[Message], *args: object) -> None:
-        f_stop = args[3]
-        assert isinstance(f_stop, Event)
-        messageins_queue.get = _stop_aware(messageins_queue.get, f_stop)  # type: ignore[method-assign]
-        worker(messageins_queue, *args)
-
-    def stopping_put(state: LinkState, queue: Queue[Message], f_stop: Event) -> None:
-        queue.get = _stop_aware(queue.get, f_stop)  # type: ignore[method-assign]
-        put_message_into_state(state, queue, f_stop)
-
-    engine.worker = stopping_worker
-    engine.put_message_into_state = stopping_put
-
-
-def _stop_aware(get: Callable[..., Message], f_stop: Event) -> Callable[..., Message]:
-    def get_until_stopped(timeout: float) -> Message:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return get(timeout=min(STOP_CHECK_SECONDS, max(deadline - time.monotonic(), 0)))
-            except Empty:
-                if f_stop.is_set() or time.monotonic() >= deadline:
-                    raise
-
-    return get_until_stopped
-
-
-def _stop_problems() -> list[str]:
-    engine = _simulation_engine()
-    problems = []
-    if list(inspect.signature(engine.worker).parameters)[:6] != [
-        "messageins_queue",
-        "messageres_queue",
-        "node_info_store",
-        "backend",
-        "f_stop",
-        "metrics",
-    ]:
-        problems.append("the simulation engine's worker takes other arguments")
-    if "messageins_queue.get(timeout=" not in inspect.getsource(engine.worker):
-        problems.append("the simulation engine's worker no longer waits on messageins_queue.get")
-    if "queue.get(timeout=" not in inspect.getsource(engine.put_message_into_state):
-        problems.append("put_message_into_state no longer waits on queue.get")
-    return problems
-
-
-def simulation_pickup_on_store() -> None:
-    """Make Flower's simulation engine pick a message up as soon as the ServerApp stores it.
-
-    The engine sweeps every node for messages every 0.1 s: a round's messages wait for the
-    next sweep, and a sweep scans every stored message for every node (~0.6 ms with 10 nodes),
-    so sweeping often costs CPU the clients need. Instead the sweep runs when the in-memory
-    state stores a message (and again while it finds any), with Flower's 0.1 s as the fallback.
-    """
-
-    def add_messages_to_queue(
-        state: LinkState, queue: Queue[Message], nodes_mapping: dict[int, int], f_stop: Event
-    ) -> None:
-        stored = Event()
-        store_message_ins = state.store_message_ins
-
-        def store_and_wake(message: Message) -> object:
-            message_id = store_message_ins(message)
-            stored.set()
-            return message_id
-
-        state.store_message_ins = store_and_wake  # type: ignore[method-assign]
-        while not f_stop.is_set():
-            stored.clear()  # before the sweep: a message stored during it wakes the next one
-            found = False
-            for node_id in nodes_mapping:
-                for msg in state.get_message_ins(node_id=node_id, limit=1):
-                    queue.put(msg)
-                    found = True
-            if not found:  # a sweep takes one message per node: sweep again until none is left
-                stored.wait(SIMULATION_PICKUP)
-
-    _simulation_engine().add_messages_to_queue = add_messages_to_queue
 
 
 # ----- bytes on the wire ----------------------------------------------------------------------

@@ -41,7 +41,7 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
     from flwr.supercore.object_ref import load_app
     from flwr.supercore.telemetry import EventType
 
-    from fl_system import flwr_hooks, protocol
+    from fl_system import flwr_engine, protocol
     from fl_system.launch.components import app_dir, components
     from fl_system.warm_imports import preload
 
@@ -55,12 +55,12 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
         size = pool_size(client_cpus, client_gpus, *_machine(client_gpus))
         gc.freeze()  # the workers' collector never scans (nor copies) what they inherit
         pool = WorkerPool(client_app, size)
-    flwr_hooks.check_simulation()
-    flwr_hooks.simulation_pickup_on_store()
-    flwr_hooks.simulation_stops_at_once()
+    flwr_engine.check()
+    flwr_engine.simulation_pickup_on_store()
+    flwr_engine.simulation_stops_at_once()
     if pool is not None:
-        flwr_hooks.simulation_backend(lambda: PoolBackend(pool))
-    run_by_reference = flwr_hooks.simulation_by_reference()
+        flwr_engine.simulation_backend(lambda: PoolBackend(pool))
+    run_by_reference = flwr_engine.simulation_by_reference()
     logging.getLogger("flwr").setLevel(logging.INFO)
     update_console_handler(colored=False)  # the engine writes the run's log file itself
     load_app(server_ref, RuntimeError, root)  # imported now, while fl-run checks the data

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import queue
-import threading
 import time
 import types
 from pathlib import Path
 
 import flwr.cli.install as flwr_install
-import flwr.server.superlink.fleet.vce.vce_api as flwr_engine
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import flwr.supernode.start_client_internal as flwr_loop
 import numpy as np
@@ -112,72 +108,6 @@ def test_a_changed_execution_spec_is_named(monkeypatch: pytest.MonkeyPatch) -> N
         flwr_hooks.check()
 
 
-def test_a_changed_simulation_pickup_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """runtime=simulation replaces the engine's 0.1 s message sweep; a new sweep must be seen."""
-
-    def add_messages_to_queue(state: object, queue: object, nodes: object, f_stop: object) -> None:
-        raise AssertionError("never called")
-
-    message = _changed(
-        monkeypatch,
-        "flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue",
-        add_messages_to_queue,
-    )
-    assert "the simulation engine no longer picks messages up as it did" in message
-
-
-def test_a_simulation_grid_storing_otherwise_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The simulation's pickup wakes on store_message_ins; a grid that bypasses it must be seen."""
-
-    def push_messages(self: object, messages: object) -> list[str]:
-        raise AssertionError("never called")
-
-    message = _changed(monkeypatch, "flwr.superlink.grid.InMemoryGrid.push_messages", push_messages)
-    assert "no longer stores messages with store_message_ins" in message
-
-
-def test_a_simulation_engine_taking_its_backend_otherwise_is_named(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """runtime.backend=process swaps run_api's backend_fn; a run_api without it must be seen."""
-
-    def run_api(app_fn: object, backend: object, nodes_mapping: object) -> None:
-        raise AssertionError("never called")
-
-    message = _changed(monkeypatch, "flwr.server.superlink.fleet.vce.vce_api.run_api", run_api)
-    assert "run_api no longer takes (app_fn, backend_fn, ...)" in message
-
-
-def test_the_simulation_backend_is_swapped_in_run_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
-    seen: list[object] = []
-    monkeypatch.setattr(
-        engine, "run_api", lambda app_fn, backend_fn, *rest: seen.append(backend_fn)
-    )
-    ours = object()
-    flwr_hooks.simulation_backend(lambda: ours)
-    engine.run_api("app", "flower's RayBackend factory", "nodes")
-    assert seen[0]() is ours
-
-
-def test_simulation_loads_apps_by_reference_on_the_pinned_flwr() -> None:
-    flwr_hooks.simulation_by_reference()
-
-
-def test_a_simulation_entry_without_app_references_is_named(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """runtime=simulation names the apps by reference; an entry that cannot must be seen."""
-
-    def _run_simulation(num_supernodes: int, server_app: object, client_app: object) -> None:
-        raise AssertionError("never called")
-
-    entry = importlib.import_module("flwr.simulation.run_simulation")
-    monkeypatch.setattr(entry, "_run_simulation", _run_simulation)
-    with pytest.raises(FlwrInternalsChanged, match="no longer takes app_dir, client_app_attr"):
-        flwr_hooks.simulation_by_reference()
-
-
 # ----- what the hooks do once installed ----------------------------------------------------
 class _FakeTime:
     """Stands in for the time module: a settable clock and a record of sleeps."""
@@ -269,51 +199,6 @@ def test_isolation_is_rejected(args: list[str]) -> None:
     would silently run Flower's per-message interpreters instead."""
     with pytest.raises(ValueError, match="--isolation"):
         runtime_api_address(["--insecure", *args])
-
-
-# ----- simulation pickup -------------------------------------------------------------------
-class _Messages:
-    """The two LinkState calls the engine's pickup makes, on a list."""
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[int, str]] = []
-        self.lock = threading.Lock()
-
-    def store_message_ins(self, message: tuple[int, str]) -> str:
-        with self.lock:
-            self.pending.append(message)
-        return message[1]
-
-    def get_message_ins(self, node_id: int, limit: int) -> list[tuple[int, str]]:
-        with self.lock:
-            mine = [m for m in self.pending if m[0] == node_id][:limit]
-            self.pending = [m for m in self.pending if m not in mine]
-        return mine
-
-
-def test_a_stored_message_is_picked_up_without_waiting_for_a_sweep(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """With the fallback sweep pushed out to an hour, only the store itself can wake it."""
-    monkeypatch.setattr(flwr_hooks, "SIMULATION_PICKUP", 3600.0)
-    monkeypatch.setattr(flwr_engine, "add_messages_to_queue", flwr_engine.add_messages_to_queue)
-    flwr_hooks.simulation_pickup_on_store()
-    state, picked, stop = _Messages(), queue.Queue(), threading.Event()
-    sweeper = threading.Thread(
-        target=flwr_engine.add_messages_to_queue, args=(state, picked, {1: 0, 2: 1}, stop)
-    )
-    sweeper.start()
-    try:
-        assert state.store_message_ins((2, "m1")) == "m1"  # what the grid gets back
-        assert picked.get(timeout=30) == (2, "m1")
-        state.store_message_ins((1, "m2"))
-        state.store_message_ins((1, "m3"))  # one node, two messages: two sweeps, one wake-up
-        assert [picked.get(timeout=30), picked.get(timeout=30)] == [(1, "m2"), (1, "m3")]
-    finally:
-        stop.set()
-        state.store_message_ins((0, "wake"))  # the sweep's wait ends on a store, too
-        sweeper.join(timeout=30)
-    assert not sweeper.is_alive()
 
 
 # ----- bytes on the wire -------------------------------------------------------------------
@@ -418,45 +303,3 @@ def test_a_serverapp_runtime_without_a_parent_watch_is_named(
     monkeypatch.setattr(flwr_tasks, "flwr_run_serverapp", run_serverapp)
     with pytest.raises(FlwrInternalsChanged, match=r"run_serverapp lacks parameters \['certif"):
         flwr_hooks.check()
-
-
-def test_the_simulation_engines_threads_end_as_soon_as_the_run_stops(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Flower's reply thread waits up to 1 s on its queue between looks at the stop event;
-    with the hook it ends within a few STOP_CHECK_SECONDS of the stop."""
-    engine = importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
-    monkeypatch.setattr(engine, "worker", engine.worker)  # undone after the test
-    monkeypatch.setattr(engine, "put_message_into_state", engine.put_message_into_state)
-    flwr_hooks.simulation_stops_at_once()
-    f_stop = threading.Event()
-    thread = threading.Thread(
-        target=engine.put_message_into_state, args=(object(), queue.Queue(), f_stop)
-    )
-    thread.start()
-    time.sleep(0.2)
-    stopped = time.monotonic()
-    f_stop.set()
-    thread.join(2)
-    assert not thread.is_alive()
-    assert time.monotonic() - stopped < 0.5  # Flower alone: up to 1 s
-
-
-def test_a_stop_aware_wait_still_returns_what_arrives_and_times_out_as_asked() -> None:
-    waiting: queue.Queue[str] = queue.Queue()
-    get = flwr_hooks._stop_aware(waiting.get, threading.Event())
-    threading.Timer(0.15, waiting.put, args=("reply",)).start()
-    assert get(timeout=1.0) == "reply"
-    started = time.monotonic()
-    with pytest.raises(queue.Empty):
-        get(timeout=0.3)
-    assert 0.25 < time.monotonic() - started < 0.6
-
-
-def test_a_simulation_worker_waiting_otherwise_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    def worker(messageins_queue: object, messageres_queue: object, node_info_store: object,
-               backend: object, f_stop: object, metrics: object) -> None:  # fmt: skip
-        raise AssertionError("never called")
-
-    message = _changed(monkeypatch, "flwr.server.superlink.fleet.vce.vce_api.worker", worker)
-    assert "worker no longer waits on messageins_queue.get" in message
