@@ -1,5 +1,8 @@
 """The command line before Hydra sees it: group names users type, and one-line errors.
 
+A runtime's settings may also be named after the runtime: `simulation.address=auto` is
+`runtime.address=auto` in a run with runtime=simulation.
+
 `compression.up` is filled from the `codec` group (`codec@compression.up` in config.yaml's
 defaults list). Hydra's own syntax to choose its option is `codec@compression.up=st`; the
 name users type is `compression.up=st`, so `fl-run` rewrites such overrides before Hydra sees
@@ -48,6 +51,9 @@ def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) ->
     parser = OverridesParser.create()
     for override in overrides:
         key, eq, value = override.partition("=")
+        if eq and (runtime_key := _runtime_setting(key, overrides, conf_dir)):
+            out.append(f"{runtime_key}={value}")
+            continue
         if not (eq and key in mounts):
             out.append(override)
             continue
@@ -59,6 +65,25 @@ def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) ->
                 )
         out.append(f"{mounts[key]}@{key}={value}")
     return out
+
+
+def _runtime_setting(key: str, overrides: Sequence[str], conf_dir: Path) -> str | None:
+    """`runtime.address` for `simulation.address` (a runtime's setting under the runtime's
+    own name, as users call it) when the run chooses runtime=simulation; ValueError when it
+    chooses another; None for any other key."""
+    name, dot, setting = key.partition(".")
+    if not dot or name not in options(conf_dir, "runtime"):
+        return None
+    chosen = next(
+        (o.partition("=")[2] for o in overrides if o.partition("=")[0] == "runtime"),
+        chosen_groups(conf_dir)["runtime"],
+    )
+    if chosen != name:
+        raise ValueError(
+            f"{key} is a setting of runtime={name}, and this run has runtime={chosen} "
+            f"(add runtime={name})"
+        )
+    return f"runtime.{setting}"
 
 
 def chosen_groups(conf_dir: Path) -> dict[str, str | None]:

@@ -1,8 +1,10 @@
 """runtime=simulation: Flower's simulation engine, num_clients virtual SuperNodes.
 
 The engine (`simulation_engine`) runs in a child process of its own session, so everything it
-starts (forked ClientApp workers, or Ray's helpers) forms one process group that is torn down
-as a whole on failure, Ctrl-C or SIGTERM. It starts while fl-run checks the data, and after a
+starts (forked ClientApp workers, or a private Ray's helpers) forms one process group that is
+torn down as a whole on failure, Ctrl-C or SIGTERM. With `runtime.address` it joins a Ray
+cluster that runs already (`ray_cluster`) and starts nothing there: tearing its group down
+ends only its Ray job. It starts while fl-run checks the data, and after a
 completed run it stays warm for the next member of a `-m` sweep with the same engine settings;
 fl-run ends it when it exits (`fl_system.launch.release_warm`).
 """
@@ -23,7 +25,7 @@ from omegaconf import DictConfig
 
 from fl_system.config_nodes import config_to_json
 from fl_system.devices import THREADS_ENV
-from fl_system.launch import LaunchError, keep_warm
+from fl_system.launch import LaunchError, keep_warm, ray_cluster
 from fl_system.launch.client_state import discard_finished
 from fl_system.launch.processes import ProcessGroup, tool_env
 from fl_system.progress import follow_run, log_end, log_tail, server_log
@@ -41,6 +43,7 @@ class EngineSettings:
     client_gpus: float
     torch_threads: int
     backend: str
+    address: str | None  # a Ray cluster's head (HOST:PORT), or None: a Ray of our own
 
 
 class SimulationRuntime:
@@ -53,17 +56,20 @@ class SimulationRuntime:
         client_gpus: float = 0.0,
         torch_threads: int = 1,
         backend: str = "process",
+        address: str | None = None,
     ) -> None:
+        if address is not None:  # the clients run on the cluster, placed by Ray
+            address, backend = ray_cluster.find(str(address)), "ray"
         if backend not in BACKENDS:
             raise ValueError(
                 f"runtime.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
             )
         if client_cpus <= 0:
             raise ValueError(f"runtime.client_cpus must be > 0, got {client_cpus}")
-        if client_gpus > 0 and _cuda_gpus() == 0:
+        if client_gpus > 0 and address is None and _cuda_gpus() == 0:
             raise ValueError(f"runtime.client_gpus={client_gpus} but this machine has no CUDA GPU")
         self.settings = EngineSettings(
-            float(client_cpus), float(client_gpus), torch_threads, backend
+            float(client_cpus), float(client_gpus), torch_threads, backend, address
         )
         self._engine: _Engine | None = None
         self._since = 0
@@ -116,6 +122,7 @@ class _Engine:
             str(settings.client_cpus),
             str(settings.client_gpus),
             settings.backend,
+            settings.address or "",
         ]
         env = tool_env({THREADS_ENV: str(settings.torch_threads), "RAY_DEDUP_LOGS": "0"})
         with theirs:

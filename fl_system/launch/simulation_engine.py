@@ -28,20 +28,25 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from fl_system.launch.processes import write_into
 from fl_system.launch.worker_pool import PoolBackend, WorkerPool, pool_size
 
 
-def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) -> int:
+def main(
+    control_fd: int, client_cpus: float, client_gpus: float, backend: str, address: str
+) -> int:
     from flwr.app import Context, RecordDict
     from flwr.clientapp.client_app import LoadClientAppError
     from flwr.supercore.logger import update_console_handler
     from flwr.supercore.object_ref import load_app
     from flwr.supercore.telemetry import EventType
 
-    from fl_system import flwr_engine, protocol
+    from fl_system import flwr_engine, protocol, run_log
+    from fl_system.launch import ray_cluster
     from fl_system.launch.components import app_dir, components
     from fl_system.warm_imports import preload
 
@@ -64,6 +69,8 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
     logging.getLogger("flwr").setLevel(logging.INFO)
     update_console_handler(colored=False)  # the engine writes the run's log file itself
     load_app(server_ref, RuntimeError, root)  # imported now, while fl-run checks the data
+    # joined while fl-run checks the data; what is wrong is reported to the first run
+    cluster_problem = _problem(partial(ray_cluster.join, address, client_gpus)) if address else None
     control = socket.socket(fileno=control_fd)
     try:
         for request in _requests(control):
@@ -72,6 +79,12 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
             if pool is not None:
                 pool.redirect_output(log)
             config_json = Path(request["config"]).read_text()
+            if address and cluster_problem is None:
+                cluster_problem = _problem(partial(ray_cluster.check_data, address, config_json))
+            if cluster_problem is not None:  # the run's log says why, as a ServerApp would
+                run_log.say(run_log.failed_line(cluster_problem))
+                control.sendall(json.dumps({"ok": False}).encode() + b"\n")
+                return 1
             context = Context(
                 run_id=0,
                 node_id=0,
@@ -90,6 +103,8 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
                 backend_name=backend,  # Flower insists on Ray being installed for "ray" only
                 backend_config=_ray_config(client_cpus, client_gpus),
             )
+            if ok and address:  # each node kept the state of the clients it played
+                ray_cluster.discard_finished(address, config_json)
             sys.stdout.flush()
             sys.stderr.flush()
             control.sendall(json.dumps({"ok": ok}).encode() + b"\n")
@@ -99,6 +114,17 @@ def main(control_fd: int, client_cpus: float, client_gpus: float, backend: str) 
     finally:
         if pool is not None:
             pool.close()
+
+
+def _problem(check: Callable[[], None]) -> str | None:
+    """What a Ray cluster check found wrong (the ClusterError's message), or None."""
+    from fl_system.launch.ray_cluster import ClusterError
+
+    try:
+        check()
+    except ClusterError as err:
+        return str(err)
+    return None
 
 
 def _simulate(run_by_reference, **kwargs: object) -> bool:
@@ -147,7 +173,7 @@ def _ray_config(client_cpus: float, client_gpus: float) -> dict:
 
 
 if __name__ == "__main__":
-    code = main(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+    code = main(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:6])
     # The last run directory is written; the interpreter's teardown (torch's and Ray's exit
     # hooks) would add ~2 s. fl-run ends this process group afterwards either way.
     sys.stdout.flush()

@@ -48,6 +48,25 @@ def test_a_mounted_group_sweeps_like_any_other() -> None:
     assert rewritten == ["codec@compression.up=none,st"]
 
 
+def test_a_runtimes_settings_may_be_named_after_the_runtime() -> None:
+    overrides = ["runtime=simulation", "simulation.address=auto", "simulation.client_cpus=2"]
+    rewritten = rewrite(overrides, mounted_groups(CONF_DIR), CONF_DIR)
+    assert rewritten == ["runtime=simulation", "runtime.address=auto", "runtime.client_cpus=2"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=rewritten)
+    assert cfg.runtime.address == "auto" and cfg.runtime.client_cpus == 2
+    assert rewrite(["local.host=0.0.0.0"], {}, CONF_DIR) == ["runtime.host=0.0.0.0"]  # default
+
+
+def test_a_setting_of_another_runtime_says_which_runtime_has_it() -> None:
+    with pytest.raises(ValueError) as raised:
+        rewrite(["simulation.address=auto"], mounted_groups(CONF_DIR), CONF_DIR)
+    assert str(raised.value) == (
+        "simulation.address is a setting of runtime=simulation, and this run has "
+        "runtime=local (add runtime=simulation)"
+    )
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -1,0 +1,62 @@
+"""runtime=simulation on a Ray cluster that runs already (`ray start --head`), as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
+from tests.integration.conftest import QUICK, run_cli
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+@pytest.fixture
+def ray_head(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[tuple[str, ProcessGroup]]:
+    """A one-node cluster started by `ray start --head --block` in a session of its own (its
+    processes end with it), with the test's cache; its address."""
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+    procs = ProcessGroup()
+    cmd = [
+        RAY, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+        f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats",
+    ]  # fmt: skip
+    head = procs.start("ray head", cmd, tmp_path / "ray.log", tool_env(cli_env))
+    try:
+        deadline = time.monotonic() + 120
+        while not port_open("127.0.0.1", port):
+            assert head.poll() is None, (tmp_path / "ray.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the Ray head did not come up in 120 s"
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", procs
+    finally:
+        procs.stop()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_run_on_a_running_cluster_leaves_the_cluster_running_and_idle(
+    ray_head: tuple[str, ProcessGroup], tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    address, cluster = ray_head
+    run_dir = tmp_path / "run"
+    args = ["runtime=simulation", f"runtime.address={address}", *QUICK, "num_rounds=2"]
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cli_env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 2
+    # the run never stops what it did not start: the cluster is up, and none of its CPUs
+    # is still held by the run's client actors
+    host, port = address.split(":")
+    assert cluster.first_dead() is None and port_open(host, int(port))
+    status = subprocess.run(
+        [RAY, "status", f"--address={address}"], capture_output=True, text=True, timeout=60
+    )
+    assert " 0.0/2.0 CPU" in status.stdout, status.stdout
