@@ -95,6 +95,9 @@ def _node_loop_problems() -> list[str]:
         problems.append("start_client_internal no longer imports the time module")
     if "_pull_and_store_message(" not in loop_source:
         problems.append("start_client_internal no longer calls _pull_and_store_message")
+    retry_source = inspect.getsource(flwr_supernode_loop._make_fleet_connection_retry_invoker)
+    if "make_simple_grpc_retry_invoker()" not in retry_source:
+        problems.append("the SuperNode's connection no longer retries as it did")
     return problems
 
 
@@ -132,6 +135,37 @@ def install_poll_schedule(schedule: PollSchedule, on_message: Callable[[], None]
 
     flwr_supernode_loop.time = clock
     flwr_supernode_loop._pull_and_store_message = pull_and_store
+
+
+REFUSED_LOG = "fl_system: the SuperLink refused this SuperNode's request:"
+
+
+def say_when_refused() -> None:
+    """Log REFUSED_LOG and the SuperLink's reason when it refuses an activated node's call.
+
+    A SuperLink answers UNAUTHENTICATED once the node's key is unregistered ("Invalid node
+    ID") or its signed timestamp is off ("Invalid timestamp": a clock far off). Flower then
+    ends the SuperNode as if it were stopped, saying nothing more than that it terminated
+    gracefully; fl-client reads this line to tell its user why.
+    """
+    import grpc
+
+    loop = _supernode_loop()
+    make = loop.make_simple_grpc_retry_invoker
+
+    def make_saying() -> object:
+        invoker = make()
+        should_giveup = invoker.should_giveup
+
+        def giveup(err: Exception) -> bool:
+            if isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAUTHENTICATED:
+                print(f"{REFUSED_LOG} {err.details()}", file=sys.stderr, flush=True)
+            return should_giveup(err)
+
+        invoker.should_giveup = giveup
+        return invoker
+
+    loop.make_simple_grpc_retry_invoker = make_saying
 
 
 def run_supernode(flower_args: list[str]) -> None:

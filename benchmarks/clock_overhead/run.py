@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.harness.fl_run import Code, cpu_model, remove_worktree, run_fl, worktree
-from benchmarks.harness.paths import invocation, report_path
+from benchmarks.harness.paths import invocation, report_path, write_report
 from benchmarks.harness.round_costs import SETTINGS, TIMEOUT, round_seconds
 
 STUDY = "clock_overhead"
@@ -84,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             std = statistics.stdev(values) if len(values) > 1 else 0.0
             runs = ", ".join(f"{v:.3f}" for v in values)
             lines.append(f"| {name} | {mean:.3f} ± {std:.3f} | {mean / base:.3f} | {runs} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"[bench] report written to {args.out}")
+    write_report(args.out, lines)
     return 0
 
 

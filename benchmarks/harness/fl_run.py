@@ -43,6 +43,9 @@ class Code:
         extra = {"FL_CACHE_DIR": str(cache)}
         if self.root is not None:
             extra["PYTHONPATH"] = str(self.root)  # ahead of the editable install of ROOT
+            # and of the working folder, which `python -m` and `-c` put first on sys.path: a
+            # run started in ROOT would otherwise import this checkout, not the worktree
+            extra["PYTHONSAFEPATH"] = "1"
         return tool_env(extra)
 
 

@@ -31,3 +31,10 @@ def runs_path(report: Path) -> Path:
 def invocation(study: str) -> str:
     """How a study is run, for its usage and error lines."""
     return f"python -m benchmarks.{study}.run"
+
+
+def write_report(out: Path, lines: list[str]) -> None:
+    """The study's report, its folder made if needed; says where it went."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"[bench] report written to {out}", flush=True)

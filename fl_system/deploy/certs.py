@@ -16,6 +16,9 @@ into a folder of its own, so that nothing else needs to reach it:
     OUT/supernode-<i>/  ca.crt, supernode-<i>.key
     OUT/public/         ca.crt (for fl-run and flwr: they only check the server)
 
+`fl-certs DIR --node-key NAME` makes only NAME.key and NAME.pub, on a node that joins a running
+federation: its private key never leaves its machine (`fl-server register NAME.pub` admits it).
+
 Private keys are written with mode 0600 and nothing is ever overwritten.
 """
 
@@ -200,6 +203,18 @@ def generate(
     return [directory / n for n in files]
 
 
+def node_key(directory: Path, name: str) -> list[Path]:
+    """One SuperNode key pair, `name`.key (0600) and `name`.pub, made where the node runs."""
+    paths = [directory / f"{name}.key", directory / f"{name}.pub"]
+    existing = [p.name for p in paths if p.exists()]
+    if existing:
+        raise FileExistsError(f"{directory} already has {', '.join(existing)}; nothing was written")
+    directory.mkdir(parents=True, exist_ok=True)
+    for path, data in zip(paths, supernode_key_pair(), strict=True):
+        _write(path, data, private=path.suffix == ".key")
+    return paths
+
+
 def bundle_files(supernodes: int) -> dict[str, list[str]]:
     """The files each machine needs, by bundle name."""
     public_keys = [supernode_key_names(i)[1] for i in range(supernodes)]
@@ -272,6 +287,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="an IP address clients use for the SuperLink (repeatable; loopback is added)",
     )
     parser.add_argument("--supernodes", type=int, default=0, help="SuperNode key pairs to make")
+    parser.add_argument(
+        "--node-key",
+        metavar="NAME",
+        help="only make one SuperNode key pair, NAME.key and NAME.pub, on the node's own "
+        "machine: the private key never leaves it; the operator registers NAME.pub with "
+        "`fl-server register`",
+    )
     parser.add_argument("--days", type=int, default=365, help="validity of the certificates")
     parser.add_argument(
         "--if-missing",
@@ -295,6 +317,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--supernodes must be >= 0, got {args.supernodes}")
     if args.days < 1:
         parser.error(f"--days must be >= 1, got {args.days}")
+    if args.node_key is not None:
+        if args.server_name or args.server_ip or args.supernodes or args.bundles:
+            parser.error("--node-key makes one key pair only: leave out the server and bundles")
+        if not args.node_key or "/" in args.node_key or args.node_key.startswith("."):
+            parser.error(f"--node-key must be a plain file name, got {args.node_key!r}")
+        return args
     if not args.server_name and not args.server_ip:
         parser.error("give the SuperLink's address: --server-name HOST and/or --server-ip IP")
     return args
@@ -304,7 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     files: list[Path] = []
     try:
-        if args.if_missing and (args.directory / CA_CERT).exists():
+        if args.node_key is not None:
+            files = node_key(args.directory, args.node_key)
+        elif args.if_missing and (args.directory / CA_CERT).exists():
             print(f"fl-certs: {args.directory / CA_CERT} exists; keeping the material there")
         else:
             files = generate(

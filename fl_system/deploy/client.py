@@ -20,6 +20,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from flwr.common.constant import HEARTBEAT_MAX_INTERVAL
+
 from fl_system import protocol
 from fl_system.deploy.checks import (
     DeployError,
@@ -34,12 +36,17 @@ from fl_system.deploy.checks import (
     start_piped,
     wait_reachable,
 )
+from fl_system.flwr_hooks import MIN_HEARTBEAT, REFUSED_LOG
 from fl_system.launch.processes import free_port, tool_env
+from fl_system.supernode.node import HEARTBEAT_ENV
 
 # The SuperLink does not know this node's key. A SuperLink opens its ports a moment before
 # fl-server has registered the keys, so this is retried until --connect-timeout runs out.
 UNKNOWN_KEY = "Failed to activate SuperNode"
 RETRY_SECONDS = 5.0
+# A killed or cut-off node is counted gone 2 heartbeats after its last (Flower's default
+# interval, 30 s, made a round wait a minute for a dead node); each beat is one small call.
+HEARTBEAT_SECONDS = 5.0
 # Flower gives up reconnecting after --connect-timeout; the watch acts only this much later.
 WATCH_MARGIN_SECONDS = 10.0
 # A stopping client (Ctrl-C, SIGTERM, `docker stop` with its 10 s) gives its SuperNode this
@@ -52,8 +59,10 @@ FATAL_OUTPUT = {
     "--root-certificates the federation's ca.crt, and the server's certificate still valid?",
     "Giving up reconnection": "lost the SuperLink and could not reach it again within "
     "--connect-timeout",
+    REFUSED_LOG: None,  # the SuperLink's reason follows; `_refused` says what it means
     UNKNOWN_KEY: "the SuperLink refused this SuperNode: its --auth-key is not registered there "
-    "(fl-server --authorized-keys DIR registers the .pub files)",
+    "(fl-server --authorized-keys DIR registers the .pub files at start, fl-server register "
+    "KEY.pub while it runs; a key unregistered since is refused too)",
 }
 
 
@@ -87,6 +96,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--state-dir", type=Path, help="where client state survives restarts (default: per user)"
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=HEARTBEAT_SECONDS,
+        help="seconds between this node's heartbeats: the SuperLink counts it gone after two "
+        "missed, and the round under way goes on without it (below 10 needs fl-server's "
+        "SuperLink; Flower's own takes 10 to 1800)",
     )
     return parser.parse_args(argv)
 
@@ -146,6 +163,11 @@ def check(args: argparse.Namespace) -> str:
     config = node_config(args)
     if args.connect_timeout <= 0:
         raise DeployError(f"--connect-timeout must be > 0, got {args.connect_timeout}")
+    if not MIN_HEARTBEAT <= args.heartbeat <= HEARTBEAT_MAX_INTERVAL:
+        raise DeployError(
+            f"--heartbeat must be in [{MIN_HEARTBEAT:g}, {HEARTBEAT_MAX_INTERVAL}] s, "
+            f"got {args.heartbeat:g}"
+        )
     if args.insecure and args.root_certificates:
         raise DeployError("--insecure and --root-certificates contradict each other")
     if not args.insecure and args.root_certificates is None:
@@ -190,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_supernode(args: argparse.Namespace, config: str) -> int:
     """The SuperNode until it ends (its exit code) or says it will not take part."""
     # its own session: we stop its whole tree (ClientApp processes) ourselves
-    proc = start_piped(supernode_command(args, config), tool_env(), own_session=True)
+    env = tool_env({HEARTBEAT_ENV: str(args.heartbeat)})
+    proc = start_piped(supernode_command(args, config), env, own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
     say(f"SuperNode for partition {args.partition_id} started, server {args.server}")
     host, port = split_address(args.server, "--server")
@@ -252,8 +275,21 @@ class ServerWatch:
 def _fatal(line: str) -> str | None:
     for marker, reason in FATAL_OUTPUT.items():
         if marker in line:
-            return reason or line.split(marker, 1)[1].strip(" :")
+            detail = line.split(marker, 1)[1].strip(" :\r\n")
+            return reason or (_refused(detail) if marker == REFUSED_LOG else detail)
     return None
+
+
+def _refused(detail: str) -> str:
+    """What the SuperLink's reason for refusing an admitted node means for its user."""
+    if "Invalid node ID" in detail:
+        return (
+            "the SuperLink no longer admits this SuperNode: its key was unregistered "
+            "(`fl-server register KEY.pub` on the server admits it again)"
+        )
+    if "timestamp" in detail.lower():
+        return f"the SuperLink refused this SuperNode ({detail}): is this machine's clock right?"
+    return f"the SuperLink refused this SuperNode: {detail}"
 
 
 def _stop(proc: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:

@@ -10,6 +10,9 @@ container health check). Plain text needs --insecure and prints a warning.
 Each submitted run's ServerApp is forked by a launcher that imported torch and the apps once
 (the SuperLink in `--isolation process`), as `runtime=local` does: Flower's SuperExec would
 start a fresh `flwr-serverapp` interpreter for every run, seconds of imports each.
+
+`fl-server register KEY.pub ...`, `unregister KEY.pub ...` and `nodes` change and list the
+SuperNodes of a SuperLink that runs (`fl_system.deploy.members`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+from fl_system.deploy import members
 from fl_system.deploy.certs import CA_CERT, SERVER_CERT, SERVER_KEY
 from fl_system.deploy.checks import (
     DeployError,
@@ -40,10 +44,10 @@ from fl_system.deploy.checks import (
     start_piped,
 )
 from fl_system.launch.processes import free_port, port_open, tool_env
-from fl_system.launch.submit import Connection, write_flwr_home
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 STARTUP_SECONDS = 60.0
+MEMBER_COMMANDS = ("register", "unregister", "nodes")  # fl-server register KEY.pub ...
 READY_FILE = "ready"  # in --state-dir while the SuperLink serves with every key registered
 
 
@@ -79,7 +83,7 @@ def superlink_command(
     args: argparse.Namespace, tls: tuple[Path, Path, Path] | None, appio_port: int
 ) -> list[str]:
     cmd = [
-        "flower-superlink",
+        "fl-superlink",  # Flower's SuperLink, taking heartbeats down to 1 s apart (fl-client: 5)
         "--fleet-api-address",
         args.fleet_address,
         "--control-api-address",
@@ -119,32 +123,12 @@ def launcher_command(appio_port: int, socket_path: Path) -> list[str]:
     ]
 
 
-def register_keys(
-    keys: Sequence[Path], control_port: int, ca: Path | None, env: dict[str, str]
-) -> None:
-    """`flwr supernode register` for each key, through the local Control API."""
-    home = Path(tempfile.mkdtemp(prefix="fl-server-flwr-"))
-    try:
-        write_flwr_home(
-            home, Connection(f"127.0.0.1:{control_port}", ca is None, str(ca) if ca else None)
-        )
+def register_keys(keys: Sequence[Path], control_port: int, ca: Path | None) -> None:
+    """Register each key through the local Control API (`members.register`)."""
+    with members.control_api(f"127.0.0.1:{control_port}", ca) as stub:
         for key in keys:
-            done = subprocess.run(
-                ["flwr", "supernode", "register", str(key), "fl-system"],
-                env={**env, "FLWR_HOME": str(home)},
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            output = (done.stdout + done.stderr).strip()
-            if done.returncode == 0:
-                say(f"registered SuperNode key {key.name}")
-            elif "already" in output.lower():
-                say(f"SuperNode key {key.name} was registered before")
-            else:
-                raise DeployError(f"registering {key} failed: {output.splitlines()[-1:]}")
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+            _, new = members.register(stub, key)
+            say(f"{'registered' if new else 'kept the registered'} SuperNode key {key.name}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -210,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _wait_ports(proc, [fleet_port, control_port])
         if keys:
-            register_keys(keys, control_port, tls[0] if tls else None, env)
+            register_keys(keys, control_port, tls[0] if tls else None)
         ready.write_text(f"{args.fleet_address} {args.control_address}\n")
         say(
             f"SuperLink ready: Fleet API {args.fleet_address}, Control API "
@@ -259,7 +243,7 @@ def _wait_ports(proc: subprocess.Popen, ports: list[int]) -> None:
     deadline = time.monotonic() + STARTUP_SECONDS
     while not all(port_open("127.0.0.1", p) for p in ports):
         if proc.poll() is not None:
-            raise DeployError(f"flower-superlink exited with code {proc.returncode} at start-up")
+            raise DeployError(f"the SuperLink exited with code {proc.returncode} at start-up")
         if time.monotonic() > deadline:
             raise DeployError(f"the SuperLink did not open ports {ports} in {STARTUP_SECONDS} s")
         time.sleep(0.2)
@@ -289,9 +273,11 @@ def _forward_stop_signals(proc: subprocess.Popen):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return run(args)
+        if argv[:1] and argv[0] in MEMBER_COMMANDS:  # the running federation's members
+            return members.run(members.parse_args(argv), say)
+        return run(parse_args(argv))
     except DeployError as err:
         print(f"fl-server: error: {err}", file=sys.stderr, flush=True)
         return 2

@@ -137,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     watch = SharedLauncher(shared, address) if shared else LauncherWatch(address)
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify)
     flwr_tasks.reply_at_once_when_killed()
+    flwr_hooks.say_when_refused()
     code: int | str | None = 0
     try:
         flwr_hooks.run_supernode([*flower_args, "--isolation", flwr_hooks.ISOLATION])

@@ -4,6 +4,7 @@ TLS and SuperNode authentication on, a run submitted with `fl-run runtime=remote
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from fl_system.deploy import certs
 from fl_system.launch.processes import ProcessGroup, alive
-from fl_system.results import MetricsLog
+from fl_system.results import MetricsLog, read_rows
 from tests.e2e.netns import Host, hosts, unavailable
 
 WHY_NOT = unavailable()
@@ -39,7 +40,14 @@ class Federation:
     def server(self) -> str:
         return f"{self.lan['server'].address}:{FLEET}"
 
-    def client(self, host: str, partition: int, *extra: str, key: Path | None = None):
+    def client(
+        self,
+        host: str,
+        partition: int,
+        *extra: str,
+        key: Path | None = None,
+        num_partitions: int = 2,
+    ):
         """fl-client in `host`'s namespace, in the background; its output goes to a log."""
         key = key or self.certs / certs.supernode_key_names(partition)[0]
         log = self.work / f"{host}-{partition}-{len(self.procs.procs)}.log"
@@ -50,7 +58,7 @@ class Federation:
             "--partition-id",
             str(partition),
             "--num-partitions",
-            "2",
+            str(num_partitions),
             "--root-certificates",
             str(self.certs / certs.CA_CERT),
             "--auth-key",
@@ -204,41 +212,79 @@ def test_a_wrong_server_address_gives_up_with_a_countdown(federation: Federation
     assert "fl-client: error: cannot reach 10.77.0.99:9092 after 6 s" in result.stderr
 
 
-def test_two_rounds_over_tls_with_authentication(federation: Federation) -> None:
-    """Two registered clients on two hosts, a third claiming a partition already taken and a
-    fourth with an unregistered key: the run completes with the two partitions, the
-    claimant that lost is told why and the stranger is refused."""
-    a, a_log = federation.client("client-a", 0)
-    _, b_log = federation.client("client-b", 1)
-    dup, dup_log = federation.client("client-c", 0, key=federation.certs / "supernode-2.key")
+def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leaves(
+    federation: Federation,
+) -> None:
+    """Registered clients on two hosts, a third claiming a partition already taken and a
+    fourth with an unregistered key: the run goes on with the two partitions, the claimant
+    that lost is told why and the stranger is refused. Mid-run, without restarting anything
+    on the server, a node whose key pair was made on its own machine is registered and
+    sampled from then on, and a node whose key is unregistered is refused (its fl-client
+    says so and exits) and sampled no more."""
+    a, a_log = federation.client("client-a", 0, num_partitions=3)
+    leaver, leaver_log = federation.client("client-b", 1, num_partitions=3)
+    dup_key = federation.certs / "supernode-2.key"
+    dup, dup_log = federation.client("client-c", 0, key=dup_key, num_partitions=3)
     stranger_key = federation.stranger / "supernode-0.key"
-    rogue, rogue_log = federation.client("client-c", 1, "--connect-timeout", "30", key=stranger_key)
-    for log in (a_log, b_log, dup_log):
-        assert _wait_for_text(log, "SuperNode for partition", 60), log.read_text()
-    run_dir = federation.work / "run"
-    submit = federation.run_in(
-        "server",
-        [
-            str(BIN / "fl-run"),
-            "runtime=remote",
-            f"runtime.address={federation.lan['server'].address}:{CONTROL}",
-            f"runtime.root_certificates={federation.certs / certs.CA_CERT}",
-            "dataset=digits",
-            "model=mlp",
-            "num_clients=2",
-            "num_rounds=2",
-            "train.batch_size=64",
-            f"hydra.run.dir={run_dir}",
-        ],
-        timeout=400,
+    rogue, rogue_log = federation.client(
+        "client-c", 1, "--connect-timeout", "30", key=stranger_key, num_partitions=3
     )
-    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
-    assert "final accuracy" in submit.stdout
-    rows = MetricsLog(run_dir / "metrics.csv").rows()
-    assert [r["round"] for r in rows] == ["1", "2"]
-    assert all(r["participants"] == "2" for r in rows)
+    for log in (a_log, leaver_log, dup_log):
+        assert _wait_for_text(log, "SuperNode for partition", 60), log.read_text()
+    server = federation.lan["server"].address
+    run_dir = federation.work / "run"
+    overrides = [
+        "runtime=remote",
+        f"runtime.address={server}:{CONTROL}",
+        f"runtime.root_certificates={federation.certs / certs.CA_CERT}",
+        *("dataset=digits", "model=mlp", "train.batch_size=64", "num_rounds=16"),
+        *("num_clients=3", "clients_per_round=2", f"hydra.run.dir={run_dir}"),
+    ]
+    submit = subprocess.Popen(
+        federation.lan["server"].command([str(BIN / "fl-run"), *overrides]),
+        env=federation.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    control = ["--certs", str(federation.certs), "--control", f"{server}:{CONTROL}"]
+    try:
+        _wait_for_rounds(run_dir, 1)
+        # the joining node's own machine makes its key pair; only the .pub travels
+        keys = federation.work / "joiner-keys"
+        made = _tool(federation, "client-c", "fl-certs", str(keys), "--node-key", "clinic")
+        assert (keys / "clinic.key").stat().st_mode & 0o777 == 0o600, made.stdout
+        joiner = str(keys / "clinic.pub")
+        admitted = _tool(federation, "server", "fl-server", "register", joiner, *control)
+        assert re.search(r"clinic\.pub: node \d+ registered", admitted.stdout), admitted.stdout
+        joined_at = _wait_for_rounds(run_dir, 0)
+        federation.client("client-c", 2, key=keys / "clinic.key", num_partitions=3)
+        _wait_for_rounds(run_dir, joined_at + 1, lambda row: bool(row.get("weight_2")))
+
+        leaving = federation.certs / "supernode-1.pub"
+        _tool(federation, "server", "fl-server", "unregister", str(leaving), *control)
+        left_at = _wait_for_rounds(run_dir, 0)
+        assert leaver.wait(timeout=120) == 2
+        assert (
+            "fl-client: error: the SuperLink no longer admits this SuperNode: its key was "
+            "unregistered" in leaver_log.read_text()
+        )
+        output, _ = submit.communicate(timeout=600)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+    assert submit.returncode == 0, output[-3000:]
+    assert "final accuracy" in output
     for name in ("summary.json", "checkpoint.npz", "curve.png", "config.yaml"):
         assert (run_dir / name).is_file(), name
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert len(rows) == 16 and rows[0]["participants"] == "2"
+    assert not any(r.get("weight_2") for r in rows[:joined_at])
+    assert any(r.get("weight_2") for r in rows[joined_at:])
+    later = rows[left_at + 2 :]  # the round under way may still have held a reply from it
+    assert later and not any(r.get("weight_1") for r in later)
+    listed = _tool(federation, "server", "fl-server", "nodes", *control)
+    assert len(listed.stdout.splitlines()) == 4  # supernode-0, -2, -3 and clinic: -1 is gone
 
     # partition 0 went to whichever claimant answered first; the other one was turned away
     turned_away = [
@@ -252,6 +298,27 @@ def test_two_rounds_over_tls_with_authentication(federation: Federation) -> None
     assert "fl-client: error: partition-id 0 is already held by live node" in log.read_text()
     assert rogue.wait(timeout=60) == 2
     assert "fl-client: error: the SuperLink refused this SuperNode" in rogue_log.read_text()
+
+
+def _tool(federation: Federation, host: str, name: str, *args: str):
+    """One of our commands in `host`'s namespace, which must succeed."""
+    done = federation.run_in(host, [str(BIN / name), *args], timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def _wait_for_rounds(
+    run_dir: Path, count: int, where=lambda row: True, timeout: float = 300
+) -> int:
+    """Wait until `count` rows of metrics.csv satisfy `where`; the rows written by then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        path = run_dir / "metrics.csv"
+        rows = read_rows(path) if path.exists() else []
+        if sum(1 for row in rows if where(row)) >= count:
+            return len(rows)
+        assert time.monotonic() < deadline, f"{count} rounds not reached in {timeout} s"
+        time.sleep(0.3)
 
 
 def test_a_client_that_loses_the_server_gives_up_after_its_timeout(

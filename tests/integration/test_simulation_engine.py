@@ -89,7 +89,7 @@ def _assert_same_run(a: Path, b: Path, rounds: int) -> None:
 def test_an_engine_that_died_before_its_run_is_one_clear_error(tmp_path: Path) -> None:
     """Killed while starting (out of memory, say): the submission says so, with its log."""
     log = tmp_path / "serverapp.log"
-    engine = _Engine(EngineSettings(1.0, 0.0, 1, "process"), log)
+    engine = _Engine(EngineSettings(1.0, 0.0, 1, "process", None), log)
     try:
         os.kill(engine.process.pid, signal.SIGKILL)
         engine.process.wait(timeout=10)

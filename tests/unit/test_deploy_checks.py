@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.deploy import certs, client, server
+from fl_system import flwr_hooks
+from fl_system.deploy import certs, client, members, server
 from fl_system.deploy.checks import (
     DeployError,
     check_plain,
@@ -23,6 +24,7 @@ from fl_system.deploy.checks import (
     split_address,
     wait_reachable,
 )
+from fl_system.launch.processes import free_port
 
 
 def _material(root: Path, *, names=("localhost",), expired: bool = False) -> Path:
@@ -274,3 +276,56 @@ def test_the_server_watch_leaves_a_supernode_whose_server_is_up(tmp_path: Path) 
             watch.done.set()
             node.kill()
             node.wait()
+
+
+def test_fl_certs_makes_one_node_key_pair_on_the_nodes_machine(tmp_path: Path, capsys) -> None:
+    assert certs.main([str(tmp_path), "--node-key", "clinic"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clinic.key", "clinic.pub"]
+    assert oct((tmp_path / "clinic.key").stat().st_mode & 0o777) == "0o600"
+    assert len(members.key_bytes(tmp_path / "clinic.pub")) > 0  # what fl-server register sends
+    assert certs.main([str(tmp_path), "--node-key", "clinic"]) == 2
+    assert "already has clinic.key, clinic.pub; nothing was written" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        certs.main([str(tmp_path), "--node-key", "x", "--server-name", "a"])
+    assert refused.value.code == 2
+    assert "--node-key makes one key pair only" in capsys.readouterr().err
+
+
+def test_registering_a_private_key_or_a_certificate_is_refused(tmp_path: Path) -> None:
+    material = _material(tmp_path / "m")
+    for wrong in (material / "supernode-0.key", material / certs.SERVER_CERT):
+        with pytest.raises(DeployError, match="is not an OpenSSH public key"):
+            members.key_bytes(wrong)
+
+
+def test_fl_server_register_names_a_control_api_nobody_answers(tmp_path: Path, capsys) -> None:
+    material = _material(tmp_path / "m")
+    control = f"127.0.0.1:{free_port()}"
+    args = ["register", str(material / "supernode-0.pub"), "--insecure", "--control", control]
+    assert server.main(args) == 2
+    assert "fl-server: error: listing the SuperNodes failed: " in capsys.readouterr().err
+
+
+def test_fl_client_refuses_a_heartbeat_out_of_range(capsys) -> None:
+    args = ["--server", "127.0.0.1:9", "--partition-id", "0", "--num-partitions", "1"]
+    assert client.main([*args, "--insecure", "--heartbeat", "0.5"]) == 2
+    assert "--heartbeat must be in [1, 1800] s, got 0.5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("detail", "said"),
+    [
+        (
+            "Invalid node ID",
+            "the SuperLink no longer admits this SuperNode: its key was unregistered "
+            "(`fl-server register KEY.pub` on the server admits it again)",
+        ),
+        (
+            "Invalid timestamp",
+            "the SuperLink refused this SuperNode (Invalid timestamp): is this machine's clock "
+            "right?",
+        ),
+    ],
+)
+def test_fl_client_says_why_the_superlink_refused_an_admitted_node(detail: str, said: str) -> None:
+    assert client._fatal(f"{flwr_hooks.REFUSED_LOG} {detail}\n") == said

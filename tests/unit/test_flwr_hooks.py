@@ -10,6 +10,7 @@ from pathlib import Path
 import flwr.cli.install as flwr_install
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import flwr.supernode.start_client_internal as flwr_loop
+import grpc
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
@@ -303,3 +304,32 @@ def test_a_serverapp_runtime_without_a_parent_watch_is_named(
     monkeypatch.setattr(flwr_tasks, "flwr_run_serverapp", run_serverapp)
     with pytest.raises(FlwrInternalsChanged, match=r"run_serverapp lacks parameters \['certif"):
         flwr_hooks.check()
+
+
+class _Refusal(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def test_a_refused_call_of_an_admitted_node_is_said_with_the_superlinks_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Flower ends the node on UNAUTHENTICATED without a word; the hook says why first and
+    leaves Flower's decision as it was."""
+    asked: list[Exception] = []
+    invoker = types.SimpleNamespace(should_giveup=lambda err: asked.append(err) or True)
+    monkeypatch.setattr(flwr_loop, "make_simple_grpc_retry_invoker", lambda: invoker)
+    flwr_hooks.say_when_refused()
+    wrapped = flwr_loop.make_simple_grpc_retry_invoker()
+    refused = _Refusal(grpc.StatusCode.UNAUTHENTICATED, "Invalid node ID")
+    assert wrapped.should_giveup(refused) is True
+    unavailable = _Refusal(grpc.StatusCode.UNAVAILABLE, "connection reset")
+    assert wrapped.should_giveup(unavailable) is True
+    assert asked == [refused, unavailable]
+    assert capsys.readouterr().err == f"{flwr_hooks.REFUSED_LOG} Invalid node ID\n"
