@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{started:%Y-%m-%d %H:%M %Z}; nproc 2, CPU {cpu_model()}. "
         f"`fl-run {' '.join(SETTING)} num_clients=N num_rounds={ROUNDS}`, one run per cell. "
         "wall: start to exit; start-up: fl-run's phases (data checked, first round done); "
-        "s per round: the median of rounds 2 on (the last one also evaluates); peak memory: summed PSS of the run's process tree; "
+        "s per round: the median of rounds 2 on (the last one also evaluates); "
+        "peak memory: summed PSS of the run's process tree; "
         "files: the partitions its clients cached (one per client sampled; the dataset's arrays "
         "were cached before).",
         "",
