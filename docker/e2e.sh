@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end check of the container deployment (opt-in; not part of pytest):
 #   build the image from BASE_IMAGE, start the compose federation (1 SuperLink + 3
-#   SuperNodes, TLS + SuperNode authentication), let the runner train 2 rounds on a small
-#   config, check the run directory, and tear everything down (also on failure or Ctrl-C).
+#   SuperNode replicas, TLS + SuperNode authentication), let the runner train 2 rounds on a
+#   small config, check the run directory, the replicas' keys, partitions and state, kill a
+#   replica during a second run (it must come back, the run go on), and tear everything down
+#   (also on failure or Ctrl-C).
 #
 #   docker/e2e.sh [BASE_IMAGE]            # default python:3.11-slim-bookworm
 #
@@ -110,10 +112,14 @@ if [ "$run_rc" -ne 0 ]; then
     say "runner exited with status $run_rc"
     exit 6
 fi
-for node in 0 1 2; do
-    id="$(compose ps -q "supernode-$node")"
+REPLICAS="$(compose ps -q supernode)"
+if [ "$(echo "$REPLICAS" | wc -w)" -ne 3 ]; then
+    say "expected 3 supernode replicas, found: $REPLICAS"
+    exit 7
+fi
+for id in $REPLICAS; do
     if [ "$(docker inspect -f '{{.State.Running}}' "$id")" != "true" ]; then
-        say "supernode-$node is not running any more"
+        say "supernode replica $id is not running any more"
         exit 7
     fi
 done
@@ -134,11 +140,57 @@ check_keys() {  # service, expected listing, then the command that runs `sh -c S
 }
 SECRETS=""
 check_keys superlink "/certs/server.key:600:1000" compose exec -T superlink sh -c
-for node in 0 1 2; do
-    check_keys "supernode-$node" "/certs/supernode-$node.key:600:1000" \
-        compose exec -T "supernode-$node" sh -c
+for id in $REPLICAS; do
+    check_keys "supernode ${id:0:12}" "/var/lib/fl-client/node.key:600:1000" docker exec "$id" sh -c
 done
 check_keys runner "" compose run --rm --no-deps -T --entrypoint sh runner -c
+# each replica has a key and a partition of its own, and its client state holds that
+# partition's folder only
+PARTS=""
+for id in $REPLICAS; do
+    part="$(docker exec "$id" cat /var/lib/fl-client/claimed-partition)"
+    PARTS="$PARTS $part"
+done
+if [ "$(echo $PARTS | tr ' ' '\n' | sort -u | wc -l)" -ne 3 ]; then
+    say "replicas claimed partitions$PARTS: not three distinct ones"
+    exit 10
+fi
+if [ "$(for id in $REPLICAS; do docker exec "$id" cat /var/lib/fl-client/node.pub; done | sort -u | wc -l)" -ne 3 ]; then
+    say "replicas do not hold three distinct keys"
+    exit 10
+fi
+
+# 4. a replica killed mid-run comes back (restart policy) with its partition, and the round
+#    it missed goes on without it within seconds (heartbeats every 5 s)
+say "second run: 8 rounds, one replica killed after round 2"
+export FL_RUN_ARGS="$RUN_ARGS num_rounds=8 hydra.run.dir=/runs/e2e-kill"
+$COMPOSE -p "$PROJECT" -f "$HERE/compose.yaml" run --rm -T runner > "$LOGDIR/kill-run.log" 2>&1 &
+kill_run=$!
+victim="$(echo $REPLICAS | cut -d' ' -f1)"
+victim_part="$(docker exec "$victim" cat /var/lib/fl-client/claimed-partition)"
+for _ in $(seq 1 300); do
+    grep -q " 2/8 " "$LOGDIR/kill-run.log" 2>/dev/null && break
+    sleep 1
+done
+docker kill -s KILL "$victim" > /dev/null
+KILLED_AT=$(now)
+wait "$kill_run" || { tail -n 40 "$LOGDIR/kill-run.log" >&2; say "the run with a killed replica failed"; exit 11; }
+for _ in $(seq 1 60); do
+    [ "$(docker inspect -f '{{.State.Running}}' "$victim")" = "true" ] && break
+    sleep 1
+done
+RESTARTS="$(docker inspect -f '{{.RestartCount}}' "$victim")"
+back_part="$(docker exec "$victim" cat /var/lib/fl-client/claimed-partition)"
+if [ "$RESTARTS" -lt 1 ] || [ "$back_part" != "$victim_part" ]; then
+    say "killed replica: restarts $RESTARTS, partition $victim_part -> $back_part"
+    exit 11
+fi
+SLOWEST="$(compose run --rm --no-deps -T --entrypoint python runner -c '
+import csv
+rows = list(csv.DictReader(open("/runs/e2e-kill/metrics.csv")))
+walls = [0.0] + [float(r["wall_seconds"]) for r in rows]
+print(f"{max(b - a for a, b in zip(walls, walls[1:])):.1f}")')"
+KILL="replica ${victim:0:12} (partition $victim_part) restarted $RESTARTS time(s), same partition; slowest round ${SLOWEST} s"
 
 # 3. the run directory, read through the runner's own volumes, then copied out with
 #    docker/README.md's recipe: the files must land owned by this user and world-readable
@@ -185,7 +237,9 @@ cat <<REPORT
 base image   : $BASE_IMAGE
 image        : $IMAGE, ${SIZE_GB} GB ($SIZE_B bytes)
 build time   : ${BUILD_S} s
-compose      : $COMPOSE, 1 SuperLink + 3 SuperNodes, TLS + SuperNode auth
+compose      : $COMPOSE, 1 SuperLink + 3 SuperNode replicas, TLS + SuperNode auth
+partitions   :$PARTS (claimed by the replicas)
+killed       : $KILL
 run          : $FL_RUN_ARGS
 wall time    : ${WALL_S} s of 'compose run --rm runner' (federation started, run followed)
 copy-out     : $LOGDIR/my-runs (owned by uid $(id -u), readable by all)

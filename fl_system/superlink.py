@@ -1,17 +1,44 @@
 """`fl-superlink`: Flower's SuperLink, taking `flower-superlink`'s arguments, that accepts
-SuperNode heartbeats down to 1 s apart (Flower: 10), so that fl-run's local federation
-notices a killed SuperNode within seconds (see `flwr_hooks.set_node_heartbeat`)."""
+SuperNode heartbeats down to 1 s apart (Flower: 10), so that a killed SuperNode is noticed
+within seconds (see `flwr_hooks.set_node_heartbeat`).
+
+Its log leaves out the lines Flower writes for every poll and every reply of every node
+(several a second, which buried everything else in `docker compose logs`), unless
+FL_LOG_LEVEL=debug; FL_LOG_LEVEL=warning keeps warnings and errors only."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
 
+LOG_ENV = "FL_LOG_LEVEL"
+LOG_LEVELS = ("debug", "info", "warning")
+PER_NODE_LINES = ("[Fleet.PullMessages]", "[Fleet.PushMessages]")  # each poll, each reply
+
+
+def quiet_polls(record: logging.LogRecord) -> bool:
+    """A logging filter: False for Flower's lines about one node's poll or reply."""
+    return not str(record.msg).startswith(PER_NODE_LINES)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    level = os.environ.get(LOG_ENV, "info").lower()
+    if level not in LOG_LEVELS:
+        print(
+            f"fl-superlink: error: {LOG_ENV} must be one of {', '.join(LOG_LEVELS)}, got {level!r}",
+            file=sys.stderr,
+        )
+        return 2
+    from flwr.supercore.logger import update_console_handler
+
     from fl_system import flwr_hooks
+
+    update_console_handler(level=level.upper())
+    if level != "debug":
+        logging.getLogger("flwr").addFilter(quiet_polls)
 
     try:
         flwr_hooks.check()

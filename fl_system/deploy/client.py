@@ -23,6 +23,7 @@ from pathlib import Path
 from flwr.common.constant import HEARTBEAT_MAX_INTERVAL
 
 from fl_system import protocol
+from fl_system.deploy import enrollment
 from fl_system.deploy.checks import (
     DeployError,
     check_auth_key,
@@ -44,6 +45,7 @@ from fl_system.supernode.node import HEARTBEAT_ENV
 # fl-server has registered the keys, so this is retried until --connect-timeout runs out.
 UNKNOWN_KEY = "Failed to activate SuperNode"
 RETRY_SECONDS = 5.0
+AUTO = "auto"  # --partition-id auto
 # A killed or cut-off node is counted gone 2 heartbeats after its last (Flower's default
 # interval, 30 s, made a round wait a minute for a dead node); each beat is one small call.
 HEARTBEAT_SECONDS = 5.0
@@ -77,7 +79,21 @@ def say(text: str) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fl-client", description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", required=True, help="the SuperLink's Fleet API, HOST:9092")
-    parser.add_argument("--partition-id", type=int, required=True, help="this client's partition")
+    parser.add_argument(
+        "--partition-id",
+        type=_partition_id,
+        required=True,
+        help="this client's partition, or auto: claim a free one in --claims DIR",
+    )
+    parser.add_argument(
+        "--claims", type=Path, help="with --partition-id auto: the claims replicas share"
+    )
+    parser.add_argument(
+        "--enroll",
+        type=Path,
+        help="make this node's key pair in --state-dir (once) and drop its .pub here, where "
+        "fl-server --enroll-dir registers it (replicas of one compose service)",
+    )
     parser.add_argument("--num-partitions", type=int, help="how many partitions the data has")
     parser.add_argument(
         "--data-dir", type=Path, help="this client's own data (instead of a partition of a source)"
@@ -106,6 +122,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "SuperLink; Flower's own takes 10 to 1800)",
     )
     return parser.parse_args(argv)
+
+
+def _partition_id(value: str) -> int | str:
+    if value == AUTO:
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer or {AUTO}: {value!r}") from None
+
+
+def settle_identity(args: argparse.Namespace) -> None:
+    """--partition-id auto: claim one (`enrollment.claim_partition`); --enroll: this node's
+    own key (`enrollment.enroll_key`), used as --auth-key."""
+    if args.partition_id == AUTO:
+        if args.claims is None or args.num_partitions is None or args.state_dir is None:
+            raise DeployError(
+                "--partition-id auto needs --claims DIR, --num-partitions N and --state-dir DIR"
+            )
+        args.partition_id = enrollment.claim_partition(
+            args.claims, args.state_dir, args.num_partitions
+        )
+        say(f"claimed partition {args.partition_id} of {args.num_partitions}")
+    if args.enroll is not None:
+        if args.state_dir is None or args.auth_key is not None:
+            raise DeployError("--enroll keeps this node's key in --state-dir: no --auth-key")
+        args.auth_key = enrollment.enroll_key(args.state_dir, args.enroll)
 
 
 def node_config(args: argparse.Namespace) -> str:
@@ -160,6 +203,7 @@ def supernode_command(args: argparse.Namespace, config: str) -> list[str]:
 def check(args: argparse.Namespace) -> str:
     """Every check that can fail before Flower starts; returns the node config."""
     host, port = split_address(args.server, "--server")
+    settle_identity(args)
     config = node_config(args)
     if args.connect_timeout <= 0:
         raise DeployError(f"--connect-timeout must be > 0, got {args.connect_timeout}")

@@ -44,6 +44,7 @@ from fl_system.deploy.checks import (
     start_piped,
 )
 from fl_system.launch.processes import free_port, port_open, tool_env
+from fl_system.superlink import LOG_ENV, LOG_LEVELS
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 STARTUP_SECONDS = 60.0
@@ -102,7 +103,7 @@ def superlink_command(
         ca, cert, key = tls
         cmd += ["--ssl-ca-certfile", str(ca), "--ssl-certfile", str(cert)]
         cmd += ["--ssl-keyfile", str(key)]
-    if args.authorized_keys:
+    if args.authorized_keys or args.enroll_dir:
         cmd.append("--enable-supernode-auth")
     return cmd
 
@@ -131,6 +132,18 @@ def register_keys(keys: Sequence[Path], control_port: int, ca: Path | None) -> N
             say(f"{'registered' if new else 'kept the registered'} SuperNode key {key.name}")
 
 
+def enroll(folder: Path, done: set[Path], control_port: int, ca: Path | None) -> set[Path]:
+    """Register the keys in `folder` not seen yet; those seen now. A file that is no key is
+    reported and left alone (the SuperLink goes on serving)."""
+    new = sorted(set(folder.glob("*.pub")) - done) if folder.is_dir() else []
+    for key in new:
+        try:
+            register_keys([key], control_port, ca)
+        except DeployError as err:
+            say(f"error: {folder.name}/{key.name} was not registered: {err}")
+    return set(new)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fl-server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--fleet-address", default="0.0.0.0:9092", help="SuperNodes connect here")
@@ -147,6 +160,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=[],
         help="SuperNode public keys (a .pub file, or a directory of them; repeatable): "
         "turns SuperNode authentication on",
+    )
+    parser.add_argument(
+        "--enroll-dir",
+        type=Path,
+        help="register every SuperNode public key (*.pub) that appears here while serving "
+        "(replicas of one compose service enroll themselves: fl-client --enroll); turns "
+        "SuperNode authentication on",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="info: the SuperLink's log without a line per poll and reply of every node; "
+        "debug: with them",
     )
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     parser.add_argument(
@@ -165,8 +192,10 @@ def run(args: argparse.Namespace) -> int:
             "TLS needs --certs DIR (make it with: fl-certs DIR --server-name HOST "
             "--supernodes N); pass --insecure for plain text on a trusted network"
         )
-    if args.insecure and args.authorized_keys:
-        raise DeployError("SuperNode authentication (--authorized-keys) needs TLS (--certs)")
+    if args.insecure and (args.authorized_keys or args.enroll_dir):
+        raise DeployError(
+            "SuperNode authentication (--authorized-keys, --enroll-dir) needs TLS (--certs)"
+        )
     tls = tls_files(args.certs) if args.certs else None
     keys = public_keys(args.authorized_keys)
     if args.insecure and not is_loopback(fleet_host):
@@ -181,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
 
     ready = args.state_dir / READY_FILE
     ready.unlink(missing_ok=True)
-    env = tool_env()
+    env = tool_env({LOG_ENV: args.log_level})
     appio_port = free_port()
     work = Path(tempfile.mkdtemp(prefix="fl-server-"))
     # its own session: a Ctrl-C meant for fl-server does not end it first; fl-server does
@@ -193,8 +222,10 @@ def run(args: argparse.Namespace) -> int:
     stop = _forward_stop_signals(proc)
     try:
         _wait_ports(proc, [fleet_port, control_port])
+        ca = tls[0] if tls else None
         if keys:
-            register_keys(keys, control_port, tls[0] if tls else None)
+            register_keys(keys, control_port, ca)
+        enrolled: set[Path] = set()
         ready.write_text(f"{args.fleet_address} {args.control_address}\n")
         say(
             f"SuperLink ready: Fleet API {args.fleet_address}, Control API "
@@ -202,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
             + (f", {len(keys)} SuperNode keys authorised" if keys else "")
         )
         while (code := proc.poll()) is None:
+            if args.enroll_dir is not None:
+                enrolled |= enroll(args.enroll_dir, enrolled, control_port, ca)
             if launcher.poll() is not None:
                 raise DeployError(
                     f"the ServerApp launcher exited with code {launcher.returncode} (its output "

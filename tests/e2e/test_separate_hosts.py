@@ -114,6 +114,8 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
                         str(material),
                         "--state-dir",
                         str(work / "superlink-state"),
+                        "--enroll-dir",
+                        str(work / "enroll"),
                     ]
                 ),
                 server_log,
@@ -319,6 +321,39 @@ def _wait_for_rounds(
             return len(rows)
         assert time.monotonic() < deadline, f"{count} rounds not reached in {timeout} s"
         time.sleep(0.3)
+
+
+def test_replicas_enroll_their_own_keys_and_claim_distinct_partitions(
+    federation: Federation,
+) -> None:
+    """Identical replicas (one compose service scaled): each makes its own key pair, drops
+    the public half where fl-server enrolls it, claims a partition no live replica holds and
+    is admitted; nothing was registered for them by hand."""
+    claims = federation.work / "claims"
+    logs = []
+    for host in ("client-a", "client-b"):
+        state = federation.work / f"replica-{host}"
+        log = federation.work / f"replica-{host}.log"
+        cmd = [
+            str(BIN / "fl-client"), "--server", federation.server,
+            "--partition-id", "auto", "--claims", str(claims), "--num-partitions", "2",
+            "--state-dir", str(state), "--enroll", str(federation.work / "enroll"),
+            "--root-certificates", str(federation.certs / certs.CA_CERT),
+        ]  # fmt: skip
+        federation.procs.start(
+            f"replica {host}", federation.lan[host].command(cmd), log, federation.env
+        )
+        logs.append(log)
+    for log in logs:
+        assert _wait_for_text(log, "SuperNode ID", 90), log.read_text()
+    claimed = [re.search(r"claimed partition (\d) of 2", log.read_text()) for log in logs]
+    assert sorted(int(m.group(1)) for m in claimed if m) == [0, 1]
+    for host in ("client-a", "client-b"):
+        assert (
+            oct((federation.work / f"replica-{host}" / "node.key").stat().st_mode & 0o777)
+            == "0o600"
+        )
+    assert len(list((federation.work / "enroll").glob("*.pub"))) == 2
 
 
 def test_a_client_that_loses_the_server_gives_up_after_its_timeout(

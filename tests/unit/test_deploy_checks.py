@@ -329,3 +329,18 @@ def test_fl_client_refuses_a_heartbeat_out_of_range(capsys) -> None:
 )
 def test_fl_client_says_why_the_superlink_refused_an_admitted_node(detail: str, said: str) -> None:
     assert client._fatal(f"{flwr_hooks.REFUSED_LOG} {detail}\n") == said
+
+
+def test_fl_server_enrolls_only_over_tls_and_then_turns_authentication_on(
+    tmp_path: Path, capsys
+) -> None:
+    assert (
+        server.main(["--insecure", "--enroll-dir", str(tmp_path), "--state-dir", str(tmp_path)])
+        == 2
+    )
+    assert "SuperNode authentication (--authorized-keys, --enroll-dir) needs TLS" in (
+        capsys.readouterr().err
+    )
+    args = server.parse_args(["--certs", str(tmp_path), "--enroll-dir", str(tmp_path)])
+    command = server.superlink_command(args, None, 9999)
+    assert command[0] == "fl-superlink" and "--enable-supernode-auth" in command
