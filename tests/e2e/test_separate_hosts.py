@@ -239,7 +239,7 @@ def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leave
         "runtime=remote",
         f"runtime.address={server}:{CONTROL}",
         f"runtime.root_certificates={federation.certs / certs.CA_CERT}",
-        *("dataset=digits", "model=mlp", "train.batch_size=64", "num_rounds=10"),
+        *("dataset=digits", "model=mlp", "train.batch_size=64", "num_rounds=14"),
         *("num_clients=3", "clients_per_round=2", f"hydra.run.dir={run_dir}"),
     ]
     submit = subprocess.Popen(
@@ -280,7 +280,7 @@ def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leave
     for name in ("summary.json", "checkpoint.npz", "curve.png", "config.yaml"):
         assert (run_dir / name).is_file(), name
     rows = MetricsLog(run_dir / "metrics.csv").rows()
-    assert len(rows) == 10 and rows[0]["participants"] == "2"
+    assert len(rows) == 14 and rows[0]["participants"] == "2"
     assert not any(r.get("weight_2") for r in rows[:joined_at])
     assert any(r.get("weight_2") for r in rows[joined_at:])
     later = rows[left_at + 2 :]  # the round under way may still have held a reply from it
