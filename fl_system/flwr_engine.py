@@ -175,7 +175,7 @@ def simulation_pickup_on_store() -> None:
         f_stop: Event,
     ) -> None:
         stored = Event()
-        noted: deque[tuple[int, str]] = deque(_undelivered(state))  # (node, message id)
+        noted: deque[tuple[int, str]] = deque()  # (node, message id), in the order stored
         store_message_ins = state.store_message_ins
 
         def store_and_wake(message: Message) -> object:
@@ -186,7 +186,9 @@ def simulation_pickup_on_store() -> None:
             return message_id
 
         state.store_message_ins = store_and_wake  # type: ignore[method-assign]
-        noted.extend(_undelivered(state))  # any stored between the first look and the wrap
+        # and those stored before the wrap, ahead (one stored during this look is noted twice;
+        # its second turn finds it delivered)
+        noted.extendleft(reversed(_undelivered(state)))
         while not f_stop.is_set():
             stored.clear()  # before the pass: a message stored during it wakes the next one
             if not _deliver(state, noted, nodes_mapping, queue):
