@@ -35,8 +35,11 @@ from omegaconf import DictConfig
 from benchmarks.feddisco_reproduction.arms import (
     DEFAULT_A,
     DEFAULT_B,
+    GRIDS,
     METHODS,
     SETTINGS,
+    Method,
+    Setting,
     main_specs,
     methods_for,
     run_spec,
@@ -75,10 +78,8 @@ def run_all(
 def start_states(args: argparse.Namespace) -> dict[tuple[str, int], dict[str, StartState]]:
     return {
         (setting.key, seed): {
-            m.label: start_state(
-                compose_config(run_spec(setting, m, seed, args.rounds, args.local_epochs).overrides)
-            )
-            for m in METHODS
+            m.label: start_state(compose_config(spec_of(setting, m, seed, args).overrides))
+            for m in methods_for(setting, args)
         }
         for setting in SETTINGS
         for seed in args.seeds
@@ -94,7 +95,9 @@ def estimate(args: argparse.Namespace, clients: dict[str, int]) -> int:
     counts[SETTINGS[0].key] += len(sweep_specs(args))
     for setting in SETTINGS:
         (o,) = run_all(
-            [run_spec(setting, disco, 0, rounds, args.local_epochs)], clients, args.local_epochs
+            [run_spec(setting, disco, 0, rounds, args.local_epochs, dataset=args.dataset)],
+            clients,
+            args.local_epochs,
         )
         per_run = project(o, args.rounds)
         total += counts[setting.key] * per_run
@@ -108,14 +111,17 @@ def estimate(args: argparse.Namespace, clients: dict[str, int]) -> int:
     return 0
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = reproduction_parser(__doc__, "feddisco_reproduction", 50)
+def parse_args(
+    argv: list[str] | None = None, study: str = "feddisco_reproduction", dataset: str = "mnist5k"
+) -> argparse.Namespace:
+    parser = reproduction_parser(__doc__, study, 50)
+    parser.add_argument("--dataset", choices=sorted(GRIDS), default=dataset)
     parser.add_argument("--local-epochs", type=int, default=2)
     parser.add_argument(
         "--sweep-seeds",
         type=int,
         nargs="*",
-        default=[0],
+        default=[0] if dataset == "mnist5k" else [],
         help="seeds of the (a, b) sweep; none: skip",
     )
     parser.add_argument("--sweep-a", type=float, nargs="+", default=[0.3, 0.5, 0.7])
@@ -140,10 +146,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def configs(args: argparse.Namespace) -> dict[str, DictConfig]:
     """setting -> the config fl-run composes for its seed-0 FedAvg run."""
-    return {
-        s.key: compose_config(run_spec(s, METHODS[0], 0, args.rounds, args.local_epochs).overrides)
-        for s in SETTINGS
-    }
+    return {s.key: compose_config(spec_of(s, METHODS[0], 0, args).overrides) for s in SETTINGS}
+
+
+def spec_of(setting: Setting, method: Method, seed: int, args: argparse.Namespace) -> RunSpec:
+    """The grid's run of `method` on `setting` at `seed`, as the command line sets it up."""
+    return run_spec(setting, method, seed, args.rounds, args.local_epochs, dataset=args.dataset)
 
 
 def clients(args: argparse.Namespace) -> dict[str, int]:
@@ -163,11 +171,13 @@ def report(
     return render_report(ctx, outcomes, plot)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(
+    argv: list[str] | None = None, study: str = "feddisco_reproduction", dataset: str = "mnist5k"
+) -> int:
+    args = parse_args(argv, study, dataset)
     return reproduce(
         args,
-        "feddisco_reproduction",
+        study,
         grid=grid,
         run_all=lambda specs, keep: run_all(specs, clients(args), args.local_epochs, keep),
         report=report,

@@ -18,6 +18,13 @@ import numpy as np
 
 from fl_system.data.dataset_cache import cached_arrays
 from fl_system.data.files import DataError, find_idx_file, read_cifar_batches, read_idx_pair
+from fl_system.data.locations import (
+    DEBIAN_FASHION_MNIST,
+    DEBIAN_FASHION_MNIST_HINT,
+    candidates,
+    locate,
+    places,
+)
 from fl_system.data.synthetic import generate_synthetic
 
 __all__ = [
@@ -231,10 +238,6 @@ class Synthetic(_Source):
         )
 
 
-def _missing_hint(name: str, path: Path) -> DataError:
-    return DataError(f"{name} not found: expected {path}; {_DOWNLOAD_HINT}")
-
-
 def _download(name: str, root: Path) -> None:
     """Fetch the files with torchvision (only when asked; we still read them ourselves)."""
     import torchvision.datasets as tvd
@@ -244,16 +247,50 @@ def _download(name: str, root: Path) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class _IdxSource(_Source):
-    """MNIST-style IDX files under `<root>/<folder>/raw/` (torchvision's layout)."""
+class _FileSource(_Source):
+    """A dataset read from files: in `root` when it is set, else in the first of `search`
+    that holds them; in torchvision's layout or flat (`locations`)."""
 
-    root: str | Path
+    root: str | Path | None = None
+    search: tuple[str, ...] = ("data",)
     download: bool = False
 
-    _folder: ClassVar[str] = ""
+    _tv_name: ClassVar[str] = ""  # torchvision's dataset class, for download=true
+    _own_folder: ClassVar[str] = ""  # the dataset's folder in torchvision's layout
+    _names: ClassVar[tuple[str, ...]] = ()
+    _hint: ClassVar[str] = _DOWNLOAD_HINT
+
+    def __post_init__(self) -> None:
+        if isinstance(self.search, str | Path):
+            raise DataError(f"dataset.source.search must be a list of folders, got {self.search!r}")
+        object.__setattr__(self, "search", tuple(str(p) for p in self.search))
+        if self.root is None and not self.search:
+            raise DataError("dataset.source: set root=DIR or give search at least one folder")
+
+    def _folder(self) -> Path:
+        """Where the files are (downloading into `root`, else the first place, when asked)."""
+        bases = places(self.root, self.search)
+        folders = candidates(bases, self._own_folder)
+        try:
+            return locate(self._tv_name, folders, self._names, self._has, self._hint)
+        except DataError:
+            if not self.download:
+                raise
+        _download(self._tv_name, bases[0])
+        return locate(self._tv_name, folders, self._names, self._has, self._hint)
+
+    @staticmethod
+    def _has(folder: Path, name: str) -> bool:
+        return (folder / name).is_file()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _IdxSource(_FileSource):
+    """MNIST-style IDX files (each plain or gzipped): `<place>/<Name>/raw/` or flat."""
+
     _mean: ClassVar[tuple[float, ...]] = ()
     _std: ClassVar[tuple[float, ...]] = ()
-    _files: ClassVar[tuple[str, ...]] = (
+    _names: ClassVar[tuple[str, ...]] = (
         "train-images-idx3-ubyte",
         "train-labels-idx1-ubyte",
         "t10k-images-idx3-ubyte",
@@ -261,15 +298,9 @@ class _IdxSource(_Source):
     )
 
     def _read(self) -> DatasetArrays:
-        raw = Path(self.root) / self._folder / "raw"
-        missing = [n for n in self._files if not _has_idx(raw, n)]
-        if missing and self.download:
-            _download(self._folder, Path(self.root))
-            missing = [n for n in self._files if not _has_idx(raw, n)]
-        if missing:
-            raise _missing_hint(self._folder, raw / f"{missing[0]} (or {missing[0]}.gz)")
-        x_tr, y_tr = read_idx_pair(raw, self._files[0], self._files[1])
-        x_te, y_te = read_idx_pair(raw, self._files[2], self._files[3])
+        raw = self._folder()
+        x_tr, y_tr = read_idx_pair(raw, self._names[0], self._names[1])
+        x_te, y_te = read_idx_pair(raw, self._names[2], self._names[3])
         _check_labels(y_tr, 10, f"{raw} (train)")
         _check_labels(y_te, 10, f"{raw} (test)")
         return DatasetArrays(
@@ -279,6 +310,10 @@ class _IdxSource(_Source):
             y_te,
             10,
         )
+
+    @staticmethod
+    def _has(folder: Path, name: str) -> bool:
+        return _has_idx(folder, name)
 
 
 def _has_idx(raw: Path, name: str) -> bool:
@@ -291,31 +326,33 @@ def _has_idx(raw: Path, name: str) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class Mnist(_IdxSource):
-    """Full MNIST (60k/10k) from `<root>/MNIST/raw/`."""
+    """Full MNIST (60k/10k): `<place>/MNIST/raw/` or a folder holding the four IDX files."""
 
-    _folder = "MNIST"
+    _tv_name = "MNIST"
+    _own_folder = "MNIST/raw"
+    _hint = f"(each file plain or .gz); {_DOWNLOAD_HINT}"
     _mean = MNIST_MEAN
     _std = MNIST_STD
 
 
 @dataclass(frozen=True, kw_only=True)
 class FashionMnist(_IdxSource):
-    """Fashion-MNIST (60k/10k) from `<root>/FashionMNIST/raw/`; FedDisco normalises by 0.5/0.5."""
+    """Fashion-MNIST (60k/10k): `<place>/FashionMNIST/raw/` or a folder holding the four IDX
+    files, such as Debian's; FedDisco normalises by 0.5/0.5."""
 
-    _folder = "FashionMNIST"
+    search: tuple[str, ...] = ("data", DEBIAN_FASHION_MNIST)
+
+    _tv_name = "FashionMNIST"
+    _own_folder = "FashionMNIST/raw"
+    _hint = f"(each file plain or .gz); {DEBIAN_FASHION_MNIST_HINT}, or {_DOWNLOAD_HINT}"
     _mean = FMNIST_MEAN
     _std = FMNIST_STD
 
 
 @dataclass(frozen=True, kw_only=True)
-class _CifarSource(_Source):
-    """CIFAR python pickles under `<root>/<folder>/` (torchvision's layout)."""
+class _CifarSource(_FileSource):
+    """CIFAR python pickles: `<place>/<cifar-N-...>/` or a folder holding them."""
 
-    root: str | Path
-    download: bool = False
-
-    _tv_name: ClassVar[str] = ""
-    _folder: ClassVar[str] = ""
     _train: ClassVar[tuple[str, ...]] = ()
     _test: ClassVar[str] = ""
     _label_key: ClassVar[bytes] = b""
@@ -324,14 +361,7 @@ class _CifarSource(_Source):
     _std: ClassVar[tuple[float, ...]] = ()
 
     def _read(self) -> DatasetArrays:
-        base = Path(self.root) / self._folder
-        names = [*self._train, self._test]
-        missing = [n for n in names if not (base / n).is_file()]
-        if missing and self.download:
-            _download(self._tv_name, Path(self.root))
-            missing = [n for n in names if not (base / n).is_file()]
-        if missing:
-            raise _missing_hint(self._tv_name, base / missing[0])
+        base = self._folder()
         x_tr, y_tr = read_cifar_batches([base / n for n in self._train], self._label_key)
         x_te, y_te = read_cifar_batches([base / self._test], self._label_key)
         _check_labels(y_tr, self._num_classes, f"{base} (train)")
@@ -347,12 +377,13 @@ class _CifarSource(_Source):
 
 @dataclass(frozen=True, kw_only=True)
 class Cifar10(_CifarSource):
-    """CIFAR-10 (50k/10k) from `<root>/cifar-10-batches-py/`."""
+    """CIFAR-10 (50k/10k): `<place>/cifar-10-batches-py/` or a folder holding its batches."""
 
     _tv_name = "CIFAR10"
-    _folder = "cifar-10-batches-py"
+    _own_folder = "cifar-10-batches-py"
     _train = tuple(f"data_batch_{i}" for i in range(1, 6))
     _test = "test_batch"
+    _names = (*_train, _test)
     _label_key = b"labels"
     _num_classes = 10
     _mean = CIFAR10_MEAN
@@ -361,12 +392,14 @@ class Cifar10(_CifarSource):
 
 @dataclass(frozen=True, kw_only=True)
 class Cifar100(_CifarSource):
-    """CIFAR-100 (50k/10k, fine labels) from `<root>/cifar-100-python/`."""
+    """CIFAR-100 (50k/10k, fine labels): `<place>/cifar-100-python/` or a folder holding
+    `train` and `test`."""
 
     _tv_name = "CIFAR100"
-    _folder = "cifar-100-python"
+    _own_folder = "cifar-100-python"
     _train = ("train",)
     _test = "test"
+    _names = (*_train, _test)
     _label_key = b"fine_labels"
     _num_classes = 100
     _mean = CIFAR100_MEAN

@@ -97,8 +97,11 @@ def _write_idx(path: Path, arr: np.ndarray, gz: bool) -> None:
         path.write_bytes(data)
 
 
-def _write_mnist_like(root: Path, folder: str, gz: bool) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
+def _write_mnist_like(
+    root: Path, folder: str, gz: bool, *, flat: bool = False, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """The four IDX files in torchvision's layout (`<root>/<folder>/raw/`) or `flat` in root."""
+    rng = np.random.default_rng(seed)
     arrays = {
         "train_x": rng.integers(0, 256, (6, 28, 28), dtype=np.uint8),
         "train_y": np.array([0, 1, 2, 9, 4, 5], dtype=np.uint8),
@@ -107,22 +110,26 @@ def _write_mnist_like(root: Path, folder: str, gz: bool) -> dict[str, np.ndarray
     }
     arrays["train_x"][1, 2, 3] = 255
     arrays["train_x"][1, 2, 4] = 0
-    raw = root / folder / "raw"
-    raw.mkdir(parents=True)
+    raw = root if flat else root / folder / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
     for key, name in IDX_NAMES.items():
         _write_idx(raw / name, arrays[key], gz)
     return arrays
 
 
-@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+@pytest.mark.parametrize(
+    ("gz", "flat"),
+    [(False, False), (True, False), (True, True), (False, True)],
+    ids=["torchvision-plain", "torchvision-gz", "flat-gz", "flat-plain"],
+)
 @pytest.mark.parametrize(
     ("source", "folder", "mean", "std"),
     [(Mnist, "MNIST", 0.1307, 0.3081), (FashionMnist, "FashionMNIST", 0.5, 0.5)],
 )
 def test_idx_sources_round_trip(
-    tmp_path: Path, gz: bool, source: type, folder: str, mean: float, std: float
+    tmp_path: Path, gz: bool, flat: bool, source: type, folder: str, mean: float, std: float
 ) -> None:
-    arrays = _write_mnist_like(tmp_path, folder, gz)
+    arrays = _write_mnist_like(tmp_path, folder, gz, flat=flat)
     d = source(root=str(tmp_path)).load()
     assert d.x_train.shape == (6, 1, 28, 28) and d.x_test.shape == (3, 1, 28, 28)
     assert d.x_train.dtype == np.float32 and d.y_train.dtype == np.int64
@@ -140,13 +147,74 @@ def test_idx_missing_file_names_the_path(tmp_path: Path) -> None:
     (tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
     with pytest.raises(DataError) as err:
         Mnist(root=tmp_path).load()
-    assert str(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte") in str(err.value)
-    assert "dataset.source.download=true" in str(err.value)
+    raw = tmp_path / "MNIST" / "raw"
+    assert str(err.value) == (
+        f"MNIST: {raw} holds only part of the dataset: missing {raw}/t10k-labels-idx1-ubyte; "
+        "(each file plain or .gz); pass dataset.source.download=true on a machine that is online"
+    )
 
 
-def test_idx_empty_root(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="FashionMNIST/raw/train-images-idx3-ubyte"):
-        FashionMnist(root=tmp_path / "nothing").load()
+def test_idx_nothing_found_lists_every_place_and_the_debian_package(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    with pytest.raises(DataError) as err:
+        FashionMnist(search=(str(a), str(b))).load()
+    assert str(err.value) == (
+        f"FashionMNIST not found: none of {a}/FashionMNIST/raw, {a}, {b}/FashionMNIST/raw, {b} "
+        "holds train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+        "t10k-labels-idx1-ubyte; set dataset.source.root=DIR (a folder holding the files, or "
+        "torchvision's layout under it); (each file plain or .gz); Debian and Ubuntu ship it: "
+        "apt-get install dataset-fashion-mnist (the four files in "
+        "/usr/share/datasets/fashion-mnist), or pass dataset.source.download=true on a machine "
+        "that is online"
+    )
+
+
+def test_fmnist_searches_data_then_debian_by_default() -> None:
+    assert FashionMnist().search == ("data", "/usr/share/datasets/fashion-mnist")
+    assert Mnist().search == ("data",)
+
+
+def test_search_takes_the_first_place_that_holds_the_files(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    kept = _write_mnist_like(second, "FashionMNIST", gz=True, flat=True, seed=1)
+    d = FashionMnist(search=(str(first), str(second))).load()
+    np.testing.assert_array_equal(d.y_test, kept["test_y"])
+    shadowing = _write_mnist_like(first, "FashionMNIST", gz=False, seed=2)
+    shadowing["test_y"] = np.array([1, 1, 1], np.uint8)
+    _write_idx(first / "FashionMNIST" / "raw" / IDX_NAMES["test_y"], shadowing["test_y"], False)
+    d = FashionMnist(search=(str(first), str(second)))._read()  # load() is cached per process
+    assert d.y_test.tolist() == [1, 1, 1]  # ./data's copy wins over the system's
+    d = FashionMnist(root=str(second), search=(str(first),)).load()
+    np.testing.assert_array_equal(d.y_test, kept["test_y"])  # root: there only
+
+
+def test_search_must_be_a_list_and_not_empty(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="must be a list of folders"):
+        FashionMnist(search=str(tmp_path))
+    with pytest.raises(DataError, match="set root=DIR or give search at least one folder"):
+        Mnist(search=())
+
+
+def test_config_searches_fl_data_root_then_debian(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from fl_system.compose import CONF_DIR
+    from fl_system.experiment import load_dataset
+
+    monkeypatch.setenv("FL_DATA_ROOT", str(tmp_path / "mine"))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", ["dataset=fmnist"])
+        assert list(cfg.dataset.source.search) == [
+            str(tmp_path / "mine"),
+            "/usr/share/datasets/fashion-mnist",
+        ]
+        flat = tmp_path / "flat"
+        arrays = _write_mnist_like(flat, "FashionMNIST", gz=True, flat=True)
+        cfg = compose("config", ["dataset=fmnist", f"dataset.source.search=[{tmp_path}/no,{flat}]"])
+    np.testing.assert_array_equal(load_dataset(cfg).y_train, arrays["train_y"])
 
 
 def test_idx_corrupt_magic(tmp_path: Path) -> None:
@@ -225,6 +293,15 @@ def test_cifar100_round_trip(tmp_path: Path) -> None:
     assert d.y_train.tolist() == [0, 99, 50, 7] and d.y_test.tolist() == [98, 1]
     pixel = train[3, 0 + 32 * 5 + 6] / 255.0
     assert d.x_train[3, 0, 5, 6] == pytest.approx((pixel - 0.5071) / 0.2673, rel=1e-5)
+
+
+def test_cifar_flat_folder(tmp_path: Path) -> None:
+    """A folder holding the batches themselves (an unpacked archive's contents) loads too."""
+    for i in range(1, 6):
+        _cifar_batch(tmp_path / f"data_batch_{i}", 1, b"labels", np.array([i]), i)
+    _cifar_batch(tmp_path / "test_batch", 2, b"labels", np.array([0, 9]), 9)
+    d = Cifar10(search=(str(tmp_path / "elsewhere"), str(tmp_path))).load()
+    assert d.y_train.tolist() == [1, 2, 3, 4, 5] and d.y_test.tolist() == [0, 9]
 
 
 def test_cifar_missing_file_names_the_path(tmp_path: Path) -> None:
