@@ -133,6 +133,7 @@ def parse_args(
         help="also run SCAFFOLD +- Disco on NIID-2 with train.lr=LR (the preset's 0.01 diverges)",
     )
     args = parsed(parser, argv)
+    args.study = study
     if args.rounds < 10:
         parser.error("--rounds must be at least 10 (the last-10 mean needs them)")
     if args.local_epochs < 1:

@@ -47,12 +47,28 @@ def quiet_seconds_per_round(outcomes: Sequence[RunOutcome], arm: str) -> float:
     )
 
 
-def client_time(outcomes: Sequence[RunOutcome], o: RunOutcome, round_: int, timed: bool) -> float:
-    """Client time to round_: quiet per-round seconds x rounds with a timing group, else the
-    run's own clock."""
-    if timed:
+def client_time(
+    outcomes: Sequence[RunOutcome], o: RunOutcome, round_: int, args: argparse.Namespace
+) -> float:
+    """Client time to round_: the virtual clock's when the runs keep one (--system), else
+    quiet per-round seconds x rounds with a timing group, else the run's own clock."""
+    if args.system is not None:
+        return sum(o.column("virtual_seconds", r) or 0.0 for r in range(1, round_ + 1))
+    if "timing" in args.groups:
         return round_ * quiet_seconds_per_round(outcomes, o.spec.arm)
     return client_seconds_to(o, round_)
+
+
+def seconds_per_round(
+    outcomes: Sequence[RunOutcome], rs: Sequence[RunOutcome], args: argparse.Namespace
+) -> float:
+    """One round's client time, as `client_time` counts it (mean over rounds and seeds)."""
+    if "timing" in args.groups and args.system is None:
+        return quiet_seconds_per_round(outcomes, rs[0].spec.arm)
+    column = "virtual_seconds" if args.system is not None else "compute_seconds_max"
+    return statistics.fmean(
+        statistics.fmean(o.column(column, r) or 0.0 for r in range(1, len(o.rows) + 1)) for o in rs
+    )
 
 
 def rounds_cell(values: Sequence[int | None], rounds: int) -> str:

@@ -43,7 +43,7 @@ from benchmarks.harness.execute import execute, execute_all
 from benchmarks.harness.outcome import RunOutcome, RunSpec
 from benchmarks.harness.reproduce import Started, parsed, reproduce, reproduction_parser
 from benchmarks.taco_reproduction.analysis import target_for
-from benchmarks.taco_reproduction.arms import ABLATION, ARMS, run_spec, specs
+from benchmarks.taco_reproduction.arms import ABLATION, ARMS, group_arms, run_spec, specs
 from benchmarks.taco_reproduction.report import Context, render, write_plot
 
 
@@ -59,8 +59,8 @@ def estimate(args: argparse.Namespace) -> int:
     """One short run of each main arm at seed 0; project the whole grid."""
     rounds = 3
     per_arm = {}
-    for arm in ARMS:
-        (o,) = run_all([run_spec("main", arm, 0, rounds)])
+    for arm in group_arms("main", args):
+        (o,) = run_all([run_spec("main", arm, 0, rounds, dataset=args.dataset, system=args.system)])
         per_arm[arm] = project(o, args.rounds)
         print(
             f"[estimate] {arm}: {o.seconds_per_round:.1f} s/round, fixed {o.fixed_seconds:.0f} s"
@@ -78,19 +78,41 @@ def estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = reproduction_parser(__doc__, "taco_reproduction", 50)
+def parse_args(
+    argv: list[str] | None = None, study: str = "taco_reproduction", **defaults: object
+) -> argparse.Namespace:
+    """The command line; `defaults` are a study's own (the FMNIST study's dataset, arms...)."""
+    parser = reproduction_parser(__doc__, study, 50)
+    parser.add_argument("--dataset", choices=["mnist5k", "fmnist"], default="mnist5k")
     parser.add_argument(
         "--groups",
         nargs="+",
         default=["main", "ablation", "freeloaders"],
         choices=["main", "ablation", "freeloaders", "timing"],
     )
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument(
+        "--target",
+        type=float,
+        help="accuracy (a fraction) for rounds and time to target; default: FedAvg's mean at "
+        "round T/2, rounded down to half a point",
+    )
+    parser.add_argument(
+        "--system",
+        help="a virtual clock for every run (system=NAME); client time to the target is then "
+        "the clock's (time: none, the clients' own seconds or the timing group's)",
+    )
+    parser.set_defaults(**defaults)
     args = parsed(parser, argv)
+    args.study = study
     if args.rounds < 10:
         parser.error("--rounds must be at least 10")
     if {"ablation", "timing"} & set(args.groups) and "main" not in args.groups:
         parser.error("the ablation and the timing runs go with the main runs: keep 'main'")
+    if args.target is not None and not 0 < args.target < 1:
+        parser.error("--target is a fraction in (0, 1), e.g. 0.7")
+    if args.system is not None and "timing" in args.groups:
+        parser.error("--system gives client time on the virtual clock: drop the timing group")
     return args
 
 
@@ -98,16 +120,18 @@ def report(
     args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, started: Started
 ) -> str:
     total = sum(o.process_seconds for o in outcomes)
-    target = target_for(outcomes, args) if "main" in args.groups else None
-    ctx = Context(args, started.at, started.load, total, target)
+    target = args.target or (target_for(outcomes, args) if "main" in args.groups else None)
+    ctx = Context(args, started.at, started.load, total, target, args.study)
     write_plot(ctx, outcomes, plot)
     return render(ctx, outcomes, plot)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None, study: str = "taco_reproduction", **defaults: object
+) -> int:
     return reproduce(
-        parse_args(argv),
-        "taco_reproduction",
+        parse_args(argv, study, **defaults),
+        study,
         grid=specs,
         run_all=run_all,
         report=report,
