@@ -20,7 +20,6 @@ from benchmarks.feddisco_reproduction.arms import (
     DEFAULT_A,
     DEFAULT_B,
     FEDAVG_DISCO,
-    METHODS,
     PAPER_EPOCHS,
     PAPER_FMNIST,
     PAPER_GAIN,
@@ -179,8 +178,9 @@ def start_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         "",
         "The config's `seed` drives the partition (the partitioner's RNG), the initial global "
         "model (`build_model` seeds torch with it before building the CNN) and every client's "
-        "local-training seed (`derive_seed(seed, round, partition)`); the 4,000/1,000 train/test "
-        "split is fixed (split seed 0). Below, the partition and the initial model are "
+        "local-training seed (`derive_seed(seed, round, partition)`); the train/test split is "
+        "fixed (mnist5k: 4,000/1,000, split seed 0; fmnist: the dataset's own). Below, the "
+        "partition and the initial model are "
         "recomputed in-process from each method's composed config, with the same functions the "
         "server and the clients call, and fingerprinted (sha256 of the index arrays / the "
         "initial state_dict). Round 1's train loss is the example-weighted mean of the clients' "
@@ -190,14 +190,15 @@ def start_section(ctx: Context, outcomes: Sequence[RunOutcome]) -> list[str]:
         "from the same weights; round-1 test accuracy differs only through the aggregation "
         "weights.",
         "",
-        "| setting | seed | client sizes | partition | initial model | identical over the 4 "
-        "methods | round-1 train loss (FedAvg, +Disco, SCAFFOLD, +Disco) | round-1 test acc |",
+        "| setting | seed | client sizes | partition | initial model | identical over the "
+        "methods | round-1 train loss (methods in the order of the results below) | round-1 "
+        "test acc |",
         "|---|---:|---|---|---|---|---|---|",
     ]
     for (setting, seed), by_method in ctx.states.items():
         states = list(by_method.values())
         same = same_start(states)
-        runs = [find(outcomes, setting, m.label, seed, (DEFAULT_A, DEFAULT_B)) for m in METHODS]
+        runs = [find(outcomes, setting, label, seed, (DEFAULT_A, DEFAULT_B)) for label in by_method]
         losses = [o.column("train_loss") for o in runs]
         lines.append(
             f"| {setting} | {seed} | {' '.join(map(str, states[0].sizes))} | "
@@ -295,13 +296,13 @@ def weights_section(ctx: Context, outcomes: Sequence[RunOutcome], setting: Setti
     state = ctx.states[(setting.key, seed)]["FedAvg + Disco"]
     raw, expected = expected_weights(state, DEFAULT_A, DEFAULT_B)
     disco_run = find(outcomes, setting.key, "FedAvg + Disco", seed, (DEFAULT_A, DEFAULT_B))
-    scaffold_run = find(outcomes, setting.key, "SCAFFOLD + Disco", seed, (DEFAULT_A, DEFAULT_B))
+    others = [m.label for m in methods_for(setting, ctx.args) if m.disco][1:]
     base_run = find(outcomes, setting.key, "FedAvg", seed, (DEFAULT_A, DEFAULT_B))
-    used, used_s, base = (
-        disco_run.columns("weight_"),
-        scaffold_run.columns("weight_"),
-        base_run.columns("weight_"),
-    )
+    used, base = disco_run.columns("weight_"), base_run.columns("weight_")
+    used_by = [
+        find(outcomes, setting.key, label, seed, (DEFAULT_A, DEFAULT_B)).columns("weight_")
+        for label in others
+    ]
     same_every_round = all(
         disco_run.columns("weight_", r) == used for r in range(1, len(disco_run.rows) + 1)
     )
@@ -313,14 +314,16 @@ def weights_section(ctx: Context, outcomes: Sequence[RunOutcome], setting: Setti
         "n_k = FedAvg's weight (data share).",
         "",
         "| pid | samples | classes held | KL(D_k‖U) | d_k normalised | n_k (FedAvg run) | "
-        "expected p_k | p_k used, FedAvg + Disco | p_k used, SCAFFOLD + Disco |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "expected p_k | p_k used, FedAvg + Disco |"
+        + "".join(f" p_k used, {label} |" for label in others),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(others),
     ]
     for pid, counts in enumerate(state.label_counts):
         lines.append(
             f"| {pid} | {state.sizes[pid]} | {int((counts > 0).sum())} | {raw[pid]:.4f} | "
             f"{norm[pid]:.4f} | {base.get(pid, float('nan')):.4f} | {expected[pid]:.4f} | "
-            f"{used.get(pid, float('nan')):.4f} | {used_s.get(pid, float('nan')):.4f} |"
+            f"{used.get(pid, float('nan')):.4f} |"
+            + "".join(f" {u.get(pid, float('nan')):.4f} |" for u in used_by)
         )
     gap = max(abs(used.get(p, np.nan) - expected[p]) for p in range(len(expected)))
     lines += [
