@@ -126,10 +126,15 @@ def sweep_extra(ab: tuple[float, float]) -> tuple[tuple[str, object], ...]:
     return () if ab == (DEFAULT_A, DEFAULT_B) else (("a", ab[0]), ("b", ab[1]))
 
 
+def spec_of(setting: Setting, method: Method, seed: int, args: argparse.Namespace) -> RunSpec:
+    """The grid's run of `method` on `setting` at `seed`, as the command line sets it up."""
+    return run_spec(setting, method, seed, args.rounds, args.local_epochs, dataset=args.dataset)
+
+
 # ----- main -------------------------------------------------------------------------------
 def main_specs(args: argparse.Namespace) -> list[RunSpec]:
     return [
-        run_spec(setting, method, seed, args.rounds, args.local_epochs, dataset=args.dataset)
+        spec_of(setting, method, seed, args)
         for setting in SETTINGS
         for seed in args.seeds
         for method in methods_for(setting, args)

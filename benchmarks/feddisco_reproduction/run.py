@@ -38,11 +38,10 @@ from benchmarks.feddisco_reproduction.arms import (
     GRIDS,
     METHODS,
     SETTINGS,
-    Method,
-    Setting,
     main_specs,
     methods_for,
     run_spec,
+    spec_of,
     sweep_specs,
 )
 from benchmarks.feddisco_reproduction.report import Context, render_report, write_plot
@@ -148,11 +147,6 @@ def parse_args(
 def configs(args: argparse.Namespace) -> dict[str, DictConfig]:
     """setting -> the config fl-run composes for its seed-0 FedAvg run."""
     return {s.key: compose_config(spec_of(s, METHODS[0], 0, args).overrides) for s in SETTINGS}
-
-
-def spec_of(setting: Setting, method: Method, seed: int, args: argparse.Namespace) -> RunSpec:
-    """The grid's run of `method` on `setting` at `seed`, as the command line sets it up."""
-    return run_spec(setting, method, seed, args.rounds, args.local_epochs, dataset=args.dataset)
 
 
 def clients(args: argparse.Namespace) -> dict[str, int]:

@@ -121,7 +121,7 @@ def report(
 ) -> str:
     total = sum(o.process_seconds for o in outcomes)
     target = args.target or (target_for(outcomes, args) if "main" in args.groups else None)
-    ctx = Context(args, started.at, started.load, total, target, args.study)
+    ctx = Context(args, started.at, started.load, total, target)
     write_plot(ctx, outcomes, plot)
     return render(ctx, outcomes, plot)
 

@@ -290,6 +290,7 @@ class _IdxSource(_FileSource):
 
     _mean: ClassVar[tuple[float, ...]] = ()
     _std: ClassVar[tuple[float, ...]] = ()
+    _hint: ClassVar[str] = f"(each file plain or .gz); {_DOWNLOAD_HINT}"
     _names: ClassVar[tuple[str, ...]] = (
         "train-images-idx3-ubyte",
         "train-labels-idx1-ubyte",
@@ -313,15 +314,11 @@ class _IdxSource(_FileSource):
 
     @staticmethod
     def _has(folder: Path, name: str) -> bool:
-        return _has_idx(folder, name)
-
-
-def _has_idx(raw: Path, name: str) -> bool:
-    try:
-        find_idx_file(raw, name)
-    except DataError:
-        return False
-    return True
+        try:
+            find_idx_file(folder, name)
+        except DataError:
+            return False
+        return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -330,7 +327,6 @@ class Mnist(_IdxSource):
 
     _tv_name = "MNIST"
     _own_folder = "MNIST/raw"
-    _hint = f"(each file plain or .gz); {_DOWNLOAD_HINT}"
     _mean = MNIST_MEAN
     _std = MNIST_STD
 
