@@ -37,7 +37,7 @@ from client_app.compression import compress_model, receive_model
 from client_app.local_data import NodeIdentity, local_test_data, local_training_data
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, batches, train_locally
-from fl_system import protocol, wire
+from fl_system import privacy, protocol, wire
 from fl_system.compression import Compression
 from fl_system.config_nodes import build, config_from_json
 from fl_system.devices import apply_thread_limit, resolve_device
@@ -45,6 +45,7 @@ from fl_system.evaluation import evaluate
 from fl_system.experiment import build_client_addons, build_compression, build_model
 from fl_system.freeloaders import freeload
 from fl_system.malicious import tamper
+from fl_system.privacy import noise
 from fl_system.seeding import derive_seed
 
 _STATE = "fl-system"  # context.state record holding what the handshake delivered
@@ -188,17 +189,29 @@ def ask(msg: Message, context: Context) -> Message:
 @functools.lru_cache(maxsize=2)
 def _privacy_mod(config_json: str) -> Callable[[Message, Context, Callable], Message] | None:
     """The run's client-side DP mod (`privacy.client`: Flower's fixedclipping_mod,
-    adaptiveclipping_mod or LocalDpMod), or None."""
+    adaptiveclipping_mod or LocalDpMod), or None; its noise drawn from OS entropy."""
     node = config_from_json(config_json).get("privacy", {}).get("client")
-    return None if node is None else build(node, label="privacy")
+    if node is None:
+        return None
+    privacy.install()
+    return build(node, label="privacy")
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Local training, through the run's DP mod when it has one (it clips, or adds noise to,
     the reply's update on this machine)."""
-    mod = _privacy_mod(_run_config(context))
-    return _train(msg, context) if mod is None else mod(msg, context, _train)
+    config_json = _run_config(context)
+    mod = _privacy_mod(config_json)
+    if mod is None:
+        return _train(msg, context)
+    cfg = config_from_json(config_json)
+    if not cfg.privacy.get("reproducible_noise"):
+        return mod(msg, context, _train)
+    server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
+    partition_id = NodeIdentity.from_context(context).partition_id
+    with noise.reproducible(cfg.seed, server_round, partition_id):  # debugging only
+        return mod(msg, context, _train)
 
 
 def _train(msg: Message, context: Context) -> Message:

@@ -27,7 +27,7 @@ def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> An
     """Instantiate a config group node; its descriptive `name` key is not an argument.
 
     Errors are prefixed with `label`, else the node's name, else its target (unless they
-    already start with it).
+    already start with it); a ConfigError, which names its setting, passes as it is.
     """
     params = OmegaConf.to_container(node, resolve=True)
     assert isinstance(params, dict)
@@ -36,6 +36,8 @@ def build(node: DictConfig, *, label: str | None = None, **overrides: Any) -> An
     try:
         return instantiate(params, **overrides, _convert_="all")
     except InstantiationException as err:
+        if isinstance(err.__cause__, ConfigError):
+            raise err.__cause__ from None
         cause = str(err.__cause__ or err)
         raise ConfigError(cause if name and cause.startswith(name) else f"{name}: {cause}") from err
 

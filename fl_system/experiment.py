@@ -25,7 +25,7 @@ from fl_system.data.dataset_cache import cached_arrays
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.robust import WeightedMean
-from fl_system.seeding import seed_everything
+from fl_system.seeding import torch_seeded
 from fl_system.validation import ConfigError
 
 # Keys that may differ between a checkpointed run and its resumption: they do not change
@@ -150,8 +150,8 @@ def partition_indices(cfg: DictConfig, num_partitions: int) -> tuple[np.ndarray,
 
 def build_model(cfg: DictConfig) -> nn.Module:
     """The initial global model: identical on every process for the same seed."""
-    seed_everything(int(cfg.seed))
-    return build(cfg.model)
+    with torch_seeded(int(cfg.seed)):
+        return build(cfg.model)
 
 
 def central_evaluation(cfg: DictConfig) -> Callable[[int, ArrayRecord], MetricRecord]:

@@ -75,10 +75,14 @@ def _cell(value: Cell) -> str:
 
 
 class MetricsLog:
-    """Append-only metrics.csv that survives resume; extra algorithm columns allowed."""
+    """Append-only metrics.csv that survives resume; extra algorithm columns allowed.
 
-    def __init__(self, path: Path) -> None:
+    `leading` are the columns every row has, first (a DP run leaves out what it withholds).
+    """
+
+    def __init__(self, path: Path, leading: Sequence[str] = METRIC_COLUMNS) -> None:
         self.path = Path(path)
+        self.leading = tuple(leading)
         self._columns: list[str] = []
         if self.path.exists():
             self._drop_partial_last_line()
@@ -119,9 +123,9 @@ class MetricsLog:
         self._rewrite(kept, self._columns)
 
     def _columns_for(self, keys: Iterable[str]) -> list[str]:
-        extras = {k for k in keys if k not in METRIC_COLUMNS}
-        extras.update(c for c in self._columns if c not in METRIC_COLUMNS)
-        return [*METRIC_COLUMNS, *sorted(extras, key=_column_order)]
+        extras = {k for k in keys if k not in self.leading}
+        extras.update(c for c in self._columns if c not in self.leading)
+        return [*self.leading, *sorted(extras, key=_column_order)]
 
     def _rewrite(self, rows: Sequence[Mapping[str, str]], columns: list[str]) -> None:
         buffer = io.StringIO(newline="")

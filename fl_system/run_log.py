@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 PREFIX = "[fl_system] "
 _ROUND = re.compile(
-    r"\[fl_system\] round (\d+)/(\d+) \| acc ([0-9.]+|-) \|.*\| ([0-9.]+) s this round \| "
+    r"\[fl_system\] round (\d+)/(\d+) \| acc ([0-9.]+|-) \|(?:.*\|)? ([0-9.]+) s this round \| "
     r"([0-9.]+) s training"
 )
 _SUMMARY = "summary "
@@ -30,15 +30,17 @@ def round_line(
     rnd: int,
     total: int,
     accuracy: float | None,
-    train_loss: float,
+    train_loss: float | None,
     seconds: float,
     training: float,
 ) -> str:
     """`seconds` this round took; `training` the run's training time so far (from round 1's
-    start, the federation up; metrics.csv's wall_seconds)."""
+    start, the federation up; metrics.csv's wall_seconds); no train loss where a DP run
+    withholds it."""
     acc = "-" if accuracy is None else f"{accuracy:.4f}"
+    loss = "" if train_loss is None else f"train loss {train_loss:.4f} | "
     return (
-        f"round {rnd}/{total} | acc {acc} | train loss {train_loss:.4f} | "
+        f"round {rnd}/{total} | acc {acc} | {loss}"
         f"{seconds:.1f} s this round | {training:.1f} s training | "
         f"ETA {seconds * (total - rnd):.0f} s"
     )

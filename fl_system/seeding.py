@@ -6,7 +6,8 @@ and an uninterrupted run draw exactly the same batches.
 
 from __future__ import annotations
 
-import random
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -17,8 +18,11 @@ def derive_seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) in this process."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+@contextlib.contextmanager
+def torch_seeded(seed: int) -> Iterator[None]:
+    """torch's CPU generator seeded with `seed` inside, restored after: a seeded draw (the
+    initial model) that leaves no process-wide generator seeded. NumPy's and Python's global
+    generators are never seeded here: Flower's DP code has drawn noise from NumPy's."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield

@@ -26,7 +26,7 @@ from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.experiment import build_model, build_strategy, load_dataset
-from fl_system.results import MetricsLog, plot_curve, summarize, write_summary
+from fl_system.results import METRIC_COLUMNS, MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.tracking import chosen
 from fl_system.tracking.base import FAILED
@@ -52,7 +52,9 @@ class RoundDriver:
         self.privacy = Privacy(self.strategy, cfg)
         self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
-        self.metrics = MetricsLog(self.paths.metrics)
+        self.metrics = MetricsLog(
+            self.paths.metrics, leading=list(self.privacy.published_row(dict.fromkeys(METRIC_COLUMNS)))
+        )
         self.tracking: TrackedRun | None = None
 
     def run(self) -> dict:
@@ -106,6 +108,7 @@ class RoundDriver:
             row.update(self._evaluate_on_clients(rnd, arrays))
             elapsed = elapsed_before + time.monotonic() - started
             row["wall_seconds"] = round(elapsed, 3)
+            row = self.privacy.published_row(row)
             self.metrics.append(row)
             self._save(rnd, arrays, elapsed)
             if self.tracking is not None:  # after the checkpoint: a round is tracked once
@@ -115,7 +118,7 @@ class RoundDriver:
                     rnd,
                     cfg.num_rounds,
                     last_eval[0] if last_eval else None,
-                    row.get("train_loss", float("nan")),
+                    row.get("train_loss"),
                     time.monotonic() - t0,
                     elapsed,
                 )
@@ -132,7 +135,8 @@ class RoundDriver:
         courier = self.federation.courier
         messages = self.flower.configure_train(rnd, arrays, ConfigRecord(), self.grid)
         replies = courier.send(self.grid, messages, "train").replies
-        released, _ = self.flower.aggregate_train(rnd, replies)
+        with self.privacy.noise(rnd):
+            released, _ = self.flower.aggregate_train(rnd, replies)
         record = self.strategy.last_round
         if record is None or record.plan.round != rnd:  # a DP wrapper refused the replies
             failed = sum(r.has_error() for r in replies)
@@ -236,7 +240,7 @@ class RoundDriver:
         rows = self.metrics.rows()
         summary = summarize(rows, target_accuracy=self.cfg.target_accuracy)
         summary.update(self.strategy.summarize(rows))
-        summary.update(self.privacy.summary())
+        summary = self.privacy.summary(summary)
         write_summary(self.paths.summary, summary)
         plot_curve(
             rows,

@@ -1,4 +1,5 @@
-"""The server's side of `privacy=...`: Flower's DP wrapper around the strategy, and the account.
+"""The server's side of `privacy=...`: Flower's DP wrapper around the strategy, the account,
+where the noise comes from and what the run publishes.
 
 `Privacy.flower` is what Flower's own loop would be given: the strategy wrapped in the DP
 wrapper the config names, or the strategy itself. (Under central DP the strategy already
@@ -6,34 +7,65 @@ averages uniformly where its rule would weigh by data size, as the noise calibra
 Flower's accountant assume: `FederatedStrategy.uniform_weights`.) `release` decides what a
 round may publish: under accounting, only the average over every sampled client (Flower's
 strict mode; otherwise the model stays and no epsilon is spent), each release composed into
-the account.
+the account. The noise comes from the operating system's entropy (`fl_system.privacy.noise`):
+`privacy.reproducible_noise=true` draws it from the seed instead, for debugging, and then
+every epsilon the run writes is `dp_epsilon_void`. `published_row`/`published_summary` keep
+what the run may publish (`fl_system.privacy.published`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from flwr.serverapp.strategy import Strategy
 from omegaconf import DictConfig
 
-from fl_system import privacy
+from fl_system import privacy, run_log
+from fl_system.privacy import noise, published
 from server_app.rounds import RoundRecord
 from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
 
 _CLIPPING_NORM = "privacy/clipping_norm"  # an adaptive wrapper's current norm
+NOISE_FROM_OS = "operating system entropy: not reproducible, not by the seed either"
+NOISE_FROM_SEED = "the seed (privacy.reproducible_noise=true): epsilon is void"
 
 
 class Privacy:
     """The run's DP wrapper and its privacy account (None when not accounted)."""
 
     def __init__(self, strategy: FederatedStrategy, cfg: DictConfig) -> None:
+        self.cfg = cfg
         self.mode = privacy.mode(cfg)
         self.flower: Strategy = strategy
         self.account: privacy.PrivacyAccount | None = None
+        self.reproducible = self.mode != "none" and bool(cfg.privacy.reproducible_noise)
+        self.epsilon_key = "dp_epsilon_void" if self.reproducible else "dp_epsilon"
+        if self.mode == "none":
+            return
+        if self.reproducible:
+            run_log.say(
+                run_log.warning_line(
+                    f"privacy={self.mode} with privacy.reproducible_noise=true: the noise is "
+                    "drawn from the seed, so anyone with this run's config can regenerate and "
+                    "subtract it; its epsilon is void (dp_epsilon_void). For debugging only"
+                )
+            )
+        else:
+            run_log.say(f"privacy={self.mode}: DP noise from {NOISE_FROM_OS}")
+        if published.withholds(cfg):
+            run_log.say(
+                f"privacy={self.mode}: the run publishes its central evaluation and its "
+                "account only (privacy.publish_client_stats=true adds the clients' "
+                "statistics, which epsilon does not cover)"
+            )
+        else:
+            run_log.say(run_log.warning_line(published.WARNING))
         if cfg.privacy.server is None:
             return
         self.flower = privacy.build_wrapper(cfg, strategy)
@@ -42,6 +74,12 @@ class Privacy:
             log.warning("privacy=%s runs unaccounted (no dp_epsilon): %s", self.mode, why_not)
         elif cfg.privacy.get("accounting"):
             self.account = privacy.PrivacyAccount.for_run(cfg)
+
+    def noise(self, rnd: int) -> contextlib.AbstractContextManager[None]:
+        """Where round `rnd`'s server-side noise comes from: fresh OS entropy, or the seed."""
+        if self.reproducible:
+            return noise.reproducible(int(self.cfg.seed), rnd)
+        return contextlib.nullcontext()
 
     def release(self, record: RoundRecord) -> tuple[bool, dict[str, float]]:
         """Whether the round's model may be published, and its privacy columns."""
@@ -56,14 +94,22 @@ class Privacy:
                 record.result.participants,
                 record.chosen,
             )
-            return False, {"dp_epsilon": self.account.epsilon()}
-        return True, {"dp_epsilon": self.account.release()}
+            return False, {self.epsilon_key: self.account.epsilon()}
+        return True, {self.epsilon_key: self.account.release()}
 
-    def summary(self) -> dict[str, float]:
-        """summary.json: the epsilon spent at delta, when accounted."""
-        if self.account is None:
-            return {}
-        return {"dp_epsilon": self.account.epsilon(), "dp_delta": self.account.delta}
+    def published_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """The round's columns this run may publish."""
+        return published.published_row(row, self.cfg)
+
+    def summary(self, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """summary.json as this run may publish it, with its epsilon and noise source."""
+        out = published.published_summary(summary, self.cfg)
+        if self.mode != "none":
+            out["dp_noise"] = NOISE_FROM_SEED if self.reproducible else NOISE_FROM_OS
+        if self.account is not None:
+            out[self.epsilon_key] = self.account.epsilon()
+            out["dp_delta"] = self.account.delta
+        return out
 
     # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

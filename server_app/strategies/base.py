@@ -98,6 +98,9 @@ class FederatedStrategy(Strategy):
     extra_up: ClassVar[str | None] = None
     own_start: ClassVar[str | None] = None
     weighting: ClassVar[str | None] = "a rule of its own"
+    # What it decides from the clients' un-noised updates (weights, expulsions), which central
+    # DP's noise does not cover: such a rule runs only under privacy=local.
+    decides_from_updates: ClassVar[str | None] = None
     refused_addons: ClassVar[tuple[Refusal, ...]] = ()  # add-ons it cannot take, and why
     # What one of its clients' local steps costs against plain SGD's (one forward and backward
     # on a batch): the virtual clock (system=...) charges its steps that much compute.
@@ -123,6 +126,9 @@ class FederatedStrategy(Strategy):
                 cfg, rule_of_its_own=not self.robust_aggregation
             )
         self.experiment = cfg
+        privacy.install()  # DP noise from OS entropy; Flower's wrappers check what they wrap
+        if cfg is not None and privacy.mode(cfg) != "none":
+            privacy.check_composition(cfg, self, privacy.mode(cfg))
         # Under central DP (privacy=central_*/client_*) the noise is calibrated to the plain
         # mean of the clipped updates: FedAvg's family averages uniformly there
         self.uniform_weights = (
@@ -147,6 +153,7 @@ class FederatedStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> list[Message]:
         """Plan the round, run the exchanges before training, return the training messages."""
+        privacy.wrappers.required_wrapper(self.experiment, self)
         fed = self._bound()
         plan, chosen = fed.plan(
             grid,
@@ -211,7 +218,8 @@ class FederatedStrategy(Strategy):
             broadcast=broadcast,
             idle=idle,
         )
-        return new_arrays, numeric_metrics({**result.metrics, **broadcast})
+        metrics = privacy.published_row({**result.metrics, **broadcast}, self.experiment)
+        return new_arrays, numeric_metrics(metrics)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -231,7 +239,8 @@ class FederatedStrategy(Strategy):
             return None
         replies = list(replies)
         fed.received(sent, replies)
-        return numeric_metrics(fed.client_eval.global_columns(server_round, replies, asked))
+        columns = fed.client_eval.global_columns(server_round, replies, asked)
+        return numeric_metrics(privacy.published_row(columns, self.experiment))
 
     def summary(self) -> None:
         """Log what runs: the rule, its add-ons and the experiment's data."""
@@ -258,6 +267,12 @@ class FederatedStrategy(Strategy):
             )
         if not on_clients and self.own_start is not None:
             return f"its clients start from {self.own_start}, not the model clipping measures from"
+        if mode != "local" and self.decides_from_updates is not None:
+            return (
+                f"it decides {self.decides_from_updates} from the clients' un-noised updates, so "
+                "one client moves the average by more than the clipping norm the noise is "
+                "calibrated to (privacy=local composes)"
+            )
         return None
 
     def weighting_under_privacy(self) -> str | None:

@@ -29,6 +29,7 @@ class FoolsGold(FederatedStrategy):
     """Cosine-to-the-mean weighted model average."""
 
     weighting = "cosine-similarity weights"
+    decides_from_updates = "its cosine-similarity weights"
     refused_addons = (
         (StepSchedule, "FoolsGold runs as TACO's paper compares it, every client with K steps"),
         (ServerAddon, "FoolsGold weighs clients by its cosine-similarity weights"),

@@ -61,6 +61,7 @@ class Taco(FederatedStrategy):
 
     extra_down = "the last global update u"
     weighting = "its tailored coefficients alpha_i"
+    decides_from_updates = "its coefficients alpha_i and its expulsions"
     refused_addons = (
         (StepSchedule, "TACO's correction and alpha assume every client runs K local steps"),
         (ServerAddon, "TACO weighs clients by its tailored coefficients alpha_i"),

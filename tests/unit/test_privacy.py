@@ -71,6 +71,9 @@ REFUSED = [
     (["algorithm=fedgsnr", "train.local_steps=5", "privacy=local"], "gradient statistics"),
     (["privacy=client_adaptive", "privacy.accounting=true"], "fixed clipping only"),
     (["privacy=central_fixed", "privacy.clipping_norm=0"], "privacy.clipping_norm must be a"),
+    (["privacy=central_fixed", "privacy.reproducible_noise=1"], "must be true or false"),
+    (["algorithm=taco", "train.local_steps=5", "privacy=central_fixed"], "alpha_i and its expul"),
+    (["algorithm=foolsgold", "privacy=client_fixed"], "its cosine-similarity weights from"),
 ]
 
 
@@ -87,7 +90,7 @@ def test_what_does_not_compose_is_refused_by_name(overrides: list[str], reason: 
     [
         ["privacy=central_fixed"],
         ["algorithm=fedprox", "privacy=client_fixed"],
-        ["algorithm=taco", "train.local_steps=5", "privacy=central_fixed"],  # u goes down only
+        ["algorithm=foolsgold", "privacy=local"],  # its weights from noised updates
         ["algorithm=feddisco", "privacy=client_adaptive"],
         ["algorithm=fedacg", "privacy=local", "aggregation.robust=median"],
         ["algorithm=fedadagrad", "privacy=local"],  # the clients' noise comes before the step
@@ -104,8 +107,7 @@ def test_what_composes_passes(overrides: list[str]) -> None:
         (["privacy=central_fixed"], None),
         (["algorithm=fedprox", "privacy=client_fixed"], None),
         (["algorithm=feddisco", "privacy=central_fixed"], "Disco's discrepancy-aware weights"),
-        (["algorithm=taco", "train.local_steps=5", "privacy=central_fixed"], "alpha_i"),
-        (["algorithm=foolsgold", "privacy=central_fixed"], "cosine-similarity weights"),
+        (["algorithm=fednova", "privacy=central_fixed"], "its local steps"),
         (["privacy=central_fixed", "privacy.noise_multiplier=0"], "no noise"),
         (["privacy=central_fixed", "privacy.accounting=false"], None),
     ],

@@ -1,36 +1,28 @@
-"""Differential privacy (`privacy=...`): what composes with Flower's DP, and the privacy account.
+"""What composes with Flower's differential privacy, checked before anything starts.
 
 The mechanisms are Flower's own: the server-side wrappers of a Strategy
 (`DifferentialPrivacy{ServerSide,ClientSide}{Fixed,Adaptive}Clipping`) and the client mods
 (`fixedclipping_mod`, `adaptiveclipping_mod`, `LocalDpMod`). Their limits, read from their
-source, decide what is refused before anything starts: the mods refuse messages that carry
-more than one ArrayRecord (and one ConfigRecord), server-side clipping clips every record of a
-reply against the global model, and the noise is calibrated to the uniform mean of clipped
-updates. So a run under privacy needs a rule whose clients start from the global model and
-reply with their model alone, no compression (clipping must see the real update) and the
-plain mean (`aggregation.robust=mean`).
+source, decide what is refused: the mods refuse messages that carry more than one ArrayRecord
+(and one ConfigRecord), server-side clipping clips every record of a reply against the global
+model, and the noise is calibrated to the uniform mean of clipped updates. So a run under
+privacy needs a rule whose clients start from the global model and reply with their model
+alone, whose decisions do not come from the un-noised updates, no compression (clipping must
+see the real update) and the plain mean (`aggregation.robust=mean`). A rule that weighs
+clients other than uniformly (Disco's weights, FedNova's steps) runs unaccounted: the
+accountant's guarantee is for the uniform average.
 
-Accounting (fixed clipping, `privacy.accounting`) uses Flower's `RdpAccountant` with the
-release model Flower's wrappers support: every sampled client, no amplification by sampling,
-add-or-remove-one neighbours. A rule that weighs clients other than uniformly (Disco's
-weights, TACO's alpha, FoolsGold) runs unaccounted: the accountant's guarantee is for the
-uniform average.
+The same checks run for fl-run (`check_privacy`), for a strategy built with an experiment
+under privacy, and for a strategy wrapped in Flower's wrapper in a Flower app of one's own
+(`fl_system.privacy.wrappers`): one sentence each, wherever it is caught.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from flwr.supercore.privacy_accounting import (
-    GaussianPrivacyEvent,
-    NeighboringRelation,
-    PrivacyConfig,
-    SamplingMethod,
-)
-from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system.config_nodes import build
@@ -38,7 +30,6 @@ from fl_system.validation import ConfigError
 
 FIXED = ("central_fixed", "client_fixed")  # what Flower's accountant covers
 ON_CLIENTS = ("client_fixed", "client_adaptive", "local")  # mechanisms run by client mods
-_STATE = "privacy/"
 
 # privacy.<key>: (accepts, what it must be); checked wherever the chosen mode has the key
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -52,6 +43,8 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sensitivity": (lambda v: _number(v) and v >= 0, "a number >= 0"),
     "epsilon": (lambda v: _number(v) and v > 0, "a positive number"),
     "accounting": (lambda v: isinstance(v, bool), "true or false"),
+    "reproducible_noise": (lambda v: isinstance(v, bool), "true or false"),
+    "publish_client_stats": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 
@@ -70,14 +63,34 @@ def clients_per_round(cfg: DictConfig) -> int:
 
 
 def check_privacy(cfg: DictConfig, strategy: Any) -> None:
-    """Raise ConfigError, one line naming why, if the run's privacy cannot compose."""
+    """fl-run's check: raise ConfigError, one line naming why, if the run's privacy cannot
+    compose (Flower's own checks of its settings included)."""
     name = mode(cfg)
     if name == "none":
         return
+    check_composition(cfg, strategy, name)
+    try:  # Flower's own checks of its settings, e.g. adaptive clipping's noise split
+        build_wrapper(cfg, strategy)
+        if cfg.privacy.client is not None:
+            build(cfg.privacy.client, label="privacy")
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"privacy={name}: {err}") from None
+
+
+def check_composition(cfg: DictConfig, strategy: Any, name: str) -> None:
+    """Raise ConfigError if privacy mode `name` cannot run `strategy` with the rest of `cfg`
+    (the experiment's privacy settings are checked where it has them)."""
     head = f"privacy={name}"
     for key, (ok, expected) in RULES.items():
-        if key in cfg.privacy and not ok(cfg.privacy[key]):
-            raise ConfigError(f"privacy.{key} must be {expected}, got {cfg.privacy[key]!r}")
+        value = OmegaConf.select(cfg, f"privacy.{key}", default=None)
+        if value is not None and not ok(value):
+            raise ConfigError(f"privacy.{key} must be {expected}, got {value!r}")
+    algorithm = OmegaConf.select(cfg, "algorithm.name", default=type(strategy).__name__.lower())
+    problem = strategy.privacy_conflict(name)
+    if problem is not None:
+        raise ConfigError(f"{head} does not compose with algorithm={algorithm}: {problem}")
     for direction in ("up", "down"):
         codec = cfg.compression[direction].name
         if codec != "none":
@@ -96,19 +109,10 @@ def check_privacy(cfg: DictConfig, strategy: Any) -> None:
             f"{head} does not compose with algorithm.gsnr: its query sends gradient "
             "statistics that no DP mechanism covers"
         )
-    problem = strategy.privacy_conflict(name)
-    if problem is not None:
-        raise ConfigError(f"{head} does not compose with algorithm={cfg.algorithm.name}: {problem}")
-    if cfg.privacy.get("accounting") and name not in FIXED:
+    if mode(cfg) == name and cfg.privacy.get("accounting") and name not in FIXED:
         raise ConfigError(
             f"{head}: Flower's accountant covers fixed clipping only; set privacy.accounting=false"
         )
-    try:  # Flower's own checks of its settings, e.g. adaptive clipping's noise split
-        build_wrapper(cfg, strategy)
-        if cfg.privacy.client is not None:
-            build(cfg.privacy.client, label="privacy")
-    except ValueError as err:
-        raise ConfigError(f"{head}: {err}") from None
 
 
 def build_wrapper(cfg: DictConfig, strategy: Any) -> Any:
@@ -132,57 +136,3 @@ def unaccounted_reason(cfg: DictConfig, strategy: Any) -> str | None:
             "accountant assumes their uniform average"
         )
     return None
-
-
-class PrivacyAccount:
-    """epsilon at delta over the releases so far, by Flower's RDP accountant."""
-
-    def __init__(
-        self, *, noise_multiplier: float, sample_size: int, population: int, delta: float
-    ) -> None:
-        self.delta = float(delta)
-        self.event = GaussianPrivacyEvent(
-            noise_multiplier=float(noise_multiplier),
-            sample_size=int(sample_size),
-            population_size=int(population),
-        )
-        self.accountant = RdpAccountant(
-            PrivacyConfig(
-                target_delta=self.delta,
-                population_size=int(population),
-                neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-                sampling_method=SamplingMethod.NO_AMPLIFICATION,
-            )
-        )
-
-    @classmethod
-    def for_run(cls, cfg: DictConfig) -> PrivacyAccount:
-        return cls(
-            noise_multiplier=float(cfg.privacy.noise_multiplier),
-            sample_size=clients_per_round(cfg),
-            population=int(cfg.num_clients),
-            delta=float(cfg.privacy.delta),
-        )
-
-    def release(self) -> float:
-        """Compose one round's release; the epsilon spent so far."""
-        self.accountant.compose(self.event)
-        return self.epsilon()
-
-    def epsilon(self) -> float:
-        if self.accountant.num_releases == 0:
-            return 0.0
-        return self.accountant.get_epsilon(self.delta)
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        text = json.dumps(self.accountant.state_dict()).encode()
-        return {f"{_STATE}account": np.frombuffer(text, dtype=np.uint8).copy()}
-
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        raw = state.get(f"{_STATE}account")
-        if raw is not None:
-            self.accountant.load_state_dict(json.loads(np.asarray(raw).tobytes().decode()))
-
-    @staticmethod
-    def owns(key: str) -> bool:
-        return key.startswith(_STATE)
