@@ -53,7 +53,8 @@ class RoundDriver:
         self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(
-            self.paths.metrics, leading=list(self.privacy.published_row(dict.fromkeys(METRIC_COLUMNS)))
+            self.paths.metrics,
+            leading=list(self.privacy.published_row(dict.fromkeys(METRIC_COLUMNS))),
         )
         self.tracking: TrackedRun | None = None
 

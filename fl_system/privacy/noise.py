@@ -78,7 +78,9 @@ def problems() -> list[str]:
         if not callable(getattr(importlib.import_module(name), NOISE_FUNCTION, None)):
             found.append(f"{name} no longer has {NOISE_FUNCTION}")
     module, cls = ADAPTIVE_BASE
-    if not callable(getattr(getattr(importlib.import_module(module), cls, None), NOISY_COUNT, None)):
+    if not callable(
+        getattr(getattr(importlib.import_module(module), cls, None), NOISY_COUNT, None)
+    ):
         found.append(f"{cls} no longer draws its noisy count in {NOISY_COUNT}")
     return found
 
@@ -93,4 +95,3 @@ def install() -> None:
         setattr(importlib.import_module(name), NOISE_FUNCTION, gaussian_noise_inplace)
     module, cls = ADAPTIVE_BASE
     setattr(getattr(importlib.import_module(module), cls), NOISY_COUNT, noisy_fraction)
-

@@ -81,7 +81,9 @@ def check_wrapping(wrapper: str, arguments: Mapping[str, Any]) -> None:
         problem = strategy.privacy_conflict(name)
         if problem is not None:
             algorithm = type(strategy).__name__.lower()
-            raise ConfigError(f"privacy={name} does not compose with algorithm={algorithm}: {problem}")
+            raise ConfigError(
+                f"privacy={name} does not compose with algorithm={algorithm}: {problem}"
+            )
     else:
         check_composition(cfg, strategy, name)
         _check_match(wrapper, name, arguments, cfg)

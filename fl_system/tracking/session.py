@@ -61,6 +61,7 @@ class TrackedRun:
         if _warm is None or _warm.process.poll() is not None:
             _warm = _Receiver()
         self._receiver: _Receiver | None = _warm
+        self._answered = False  # a "done" read while sending, before its wait reads
         self._send("open", OmegaConf.to_container(cfg, resolve=True), str(run_dir))
 
     def catch_up(self, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -96,9 +97,13 @@ class TrackedRun:
             self._lost("it ended")
 
     def _wait(self, kind: str) -> None:
-        self._send(kind)
-        if self._receiver is not None and not self._read(timeout=ANSWER_SECONDS):
+        self._answered = False
+        self._send(kind)  # a quick process's "done" may be read here already
+        if self._receiver is not None and not (
+            self._answered or self._read(timeout=ANSWER_SECONDS)
+        ):
             self._lost(f"no answer in {ANSWER_SECONDS} s")
+        self._answered = False
 
     def _read(self, timeout: float) -> bool:
         """Say what the process said; True once it answered "done" (within `timeout`)."""
@@ -111,6 +116,7 @@ class TrackedRun:
                 self._lost("it ended")
                 return True
             if kind == "done":
+                self._answered = True
                 return True
             self.say(args[0])
         return False

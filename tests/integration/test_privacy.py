@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -56,20 +57,45 @@ def test_no_noise_and_a_clip_above_every_update_is_the_run_without_dp(
 def test_an_accounted_run_clips_reports_flowers_epsilon_and_resumes_its_account(
     tmp_path: Path, cli_env
 ) -> None:
-    """Server-side fixed clipping, sigma = 1, C = 0.5: every update the server averages has
-    norm <= C, the weights are uniform, and dp_epsilon after each round is what Flower's
-    RdpAccountant gives for that many releases, across a resume."""
-    run_dir = tmp_path / "run"
-    dp = ["privacy=central_fixed", "privacy.noise_multiplier=1.0", "privacy.clipping_norm=0.5"]
+    """Server-side fixed clipping, sigma = 1, C = 0.5, the clients' statistics published: every
+    update the server averages has norm <= C, the weights are uniform, and dp_epsilon after
+    each round is what Flower's RdpAccountant gives for that many releases, across a resume.
+    The checkpoint holds no generator state: the same checkpoint resumed twice draws two
+    different noises."""
+    run_dir, again = tmp_path / "run", tmp_path / "again"
+    dp = [
+        "privacy=central_fixed",
+        "privacy.noise_multiplier=1.0",
+        "privacy.clipping_norm=0.5",
+        "privacy.publish_client_stats=true",
+    ]
     first = run_cli(
         [*SIM, *dp, "num_rounds=2", "keep_client_state=true", f"hydra.run.dir={run_dir}"],
         cli_env,
     )
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = run_cli(
-        [*SIM, *dp, "num_rounds=3", "resume=true", f"hydra.run.dir={run_dir}"], cli_env
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "warning: privacy.publish_client_stats=true" in first.stderr
+    checkpoint = load_checkpoint(run_dir / "checkpoint.npz")
+    assert sorted(k for k in checkpoint.strategy_state if k.startswith("privacy/")) == [
+        "privacy/account"
+    ]
+    assert not [k for k in checkpoint.strategy_state if "rng" in k or "random" in k]
+    shutil.copytree(run_dir, again)
+    for resumed_dir in (run_dir, again):
+        resumed = run_cli(
+            [
+                *SIM,
+                *dp,
+                "num_rounds=3",
+                "resume=true",
+                "keep_client_state=true",
+                f"hydra.run.dir={resumed_dir}",
+            ],
+            cli_env,
+        )
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    ends = _model(run_dir), _model(again)
+    assert any(not np.array_equal(ends[0][k], ends[1][k]) for k in ends[0])
     rows = MetricsLog(run_dir / "metrics.csv").rows()
     assert [r["round"] for r in rows] == ["1", "2", "3"]
     accountant = RdpAccountant(
