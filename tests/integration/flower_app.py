@@ -17,14 +17,17 @@ ROOT = Path(__file__).resolve().parents[2]
 README_SECTION = "## Use a strategy in your own Flower app"
 
 # Runs every case of cases.json next to it with Flower's `Strategy.start` and writes each
-# one's central accuracy per round, its strategy's base classes and final model to results.json.
+# one's central accuracy per round, its strategy's base classes, its rounds and the keys of its
+# train metrics to results.json. A case is a list of overrides, or {"overrides": [...],
+# "dp_wrapper": {...}}: then the strategy runs inside Flower's server-side fixed-clipping
+# wrapper built with those settings. A refusal (ValueError) is the case's result.
 LOOP_APP = """
 import json
 from pathlib import Path
 
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, Strategy
 
 from fl_system.compose import compose_experiment
 from fl_system.experiment import build_model, build_strategy, central_evaluation
@@ -37,22 +40,34 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     cases = Path(str(context.run_config.get("cases-file") or HERE / "cases.json"))
     results = {}
-    for name, overrides in json.loads(cases.read_text()).items():
-        experiment = compose_experiment(overrides)
-        strategy = build_strategy(experiment)
-        result = strategy.start(
-            grid=grid,
-            initial_arrays=ArrayRecord(build_model(experiment).state_dict()),
-            num_rounds=experiment.num_rounds,
-            evaluate_fn=central_evaluation(experiment),
+    for name, case in json.loads(cases.read_text()).items():
+        overrides, wrapper = (case, None) if isinstance(case, list) else (
+            case["overrides"], case.get("dp_wrapper")
         )
-        results[name] = {
-            "is_flower_strategy": isinstance(strategy, Strategy),
-            "accuracy": {
-                str(r): m["test_accuracy"] for r, m in result.evaluate_metrics_serverapp.items()
-            },
-            "train_rounds": sorted(result.train_metrics_clientapp),
-        }
+        try:
+            experiment = compose_experiment(overrides)
+            strategy = build_strategy(experiment)
+            flower = strategy
+            if wrapper is not None:
+                flower = DifferentialPrivacyServerSideFixedClipping(strategy, **wrapper)
+            result = flower.start(
+                grid=grid,
+                initial_arrays=ArrayRecord(build_model(experiment).state_dict()),
+                num_rounds=experiment.num_rounds,
+                evaluate_fn=central_evaluation(experiment),
+            )
+        except ValueError as err:
+            results[name] = {"refused": str(err)}
+        else:
+            results[name] = {
+                "is_flower_strategy": isinstance(strategy, Strategy),
+                "accuracy": {
+                    str(r): m["test_accuracy"]
+                    for r, m in result.evaluate_metrics_serverapp.items()
+                },
+                "train_rounds": sorted(result.train_metrics_clientapp),
+                "train_metrics": sorted(result.train_metrics_clientapp.get(1, {})),
+            }
         cases.with_name("results.json").write_text(json.dumps(results))
 """
 

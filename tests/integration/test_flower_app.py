@@ -37,24 +37,78 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
-def test_every_algorithm_runs_two_rounds_under_flowers_start(tmp_path: Path) -> None:
-    """One stock ServerApp calls `strategy.start` for each algorithm in turn (and FedAvg with
-    compression both ways): each is a Flower Strategy, trains two rounds, and its model beats
-    the initial one."""
-    cases = {name: [*COMMON, f"algorithm={name}", *EXTRA.get(name, [])] for name in ALGORITHMS}
+# Flower's DifferentialPrivacyServerSideFixedClipping around each of these fl-run refuses
+DP_REFUSED = ("feddyn", "scaffold", "fedcat", "fedacg", "efl", "taco")
+FIXED = {"noise_multiplier": 1.0, "clipping_norm": 1.0, "num_sampled_clients": 2}
+
+
+@pytest.fixture(scope="module")
+def flowers_start(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """One stock ServerApp, one simulation: every algorithm (and FedAvg compressed both ways)
+    under Flower's own `strategy.start`, then fl_system strategies in Flower's DP wrapper."""
+    root = tmp_path_factory.mktemp("flowers-start")
+    cases: dict[str, object] = {
+        name: [*COMMON, f"algorithm={name}", *EXTRA.get(name, [])] for name in ALGORITHMS
+    }
     cases["fedavg, compressed"] = [*COMMON, "compression.up=topk", "compression.down=fp16"]
-    app = write_app(tmp_path / "app", LOOP_APP) / "my_app"
+    for name in DP_REFUSED:
+        cases[f"dp {name}"] = {"overrides": cases[name], "dp_wrapper": FIXED}
+    cases["dp, composed without privacy"] = {"overrides": COMMON, "dp_wrapper": FIXED}
+    cases["dp, unwrapped"] = [*COMMON, "privacy=central_fixed"]
+    cases["dp, matching"] = {
+        "overrides": [*COMMON, "privacy=central_fixed", "num_rounds=1"],
+        "dp_wrapper": FIXED,
+    }
+    app = write_app(root / "app", LOOP_APP) / "my_app"
     (app / "cases.json").write_text(json.dumps(cases))
-    done = simulate(app / "server_app.py", 2, tmp_path, _env(tmp_path), timeout=600)
+    done = simulate(app / "server_app.py", 2, root, _env(root), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((app / "results.json").read_text())
     assert sorted(results) == sorted(cases), done.stderr[-3000:]
-    for name, got in results.items():
-        assert got["is_flower_strategy"], name
+    return results
+
+
+def test_every_algorithm_runs_two_rounds_under_flowers_start(flowers_start) -> None:
+    """Each algorithm is a Flower Strategy, trains two rounds under Flower's loop, and its
+    model beats the initial one."""
+    for name in [*ALGORITHMS, "fedavg, compressed"]:
+        got = flowers_start[name]
+        assert got["is_flower_strategy"], got
         assert got["train_rounds"] == [1, 2], name
         accuracy = got["accuracy"]
         assert sorted(accuracy) == ["0", "1", "2"], name
         assert accuracy["2"] > accuracy["0"] + MIN_GAIN.get(name, 0.2), (name, accuracy)
+
+
+def test_flowers_dp_wrapper_in_an_app_of_ones_own_refuses_what_fl_run_refuses(
+    flowers_start, tmp_path: Path
+) -> None:
+    """Flower's DifferentialPrivacyServerSideFixedClipping around FedDyn, SCAFFOLD, FedCat,
+    FedACG, EFL or TACO fails before round 1 with fl-run's sentence; so does a wrapper around
+    an experiment composed without privacy, and a strategy composed with privacy=central_fixed
+    but left unwrapped. The matching one trains, and Flower's loop gets no statistic of the
+    un-noised updates."""
+    said = {name: flowers_start[f"dp {name}"].get("refused") for name in DP_REFUSED}
+    fl_run = run_cli([*COMMON, "algorithm=feddyn", "privacy=central_fixed"], _env(tmp_path))
+    assert fl_run.returncode == 2
+    assert f"fl-run: error: {said['feddyn']}\n" in fl_run.stderr
+    for name in DP_REFUSED:
+        overrides = [*COMMON, f"algorithm={name}", *EXTRA.get(name, []), "privacy=central_fixed"]
+        with pytest.raises(ConfigError) as refused:
+            check_parts(compose_experiment(overrides))
+        assert said[name] == str(refused.value), name
+        head = f"privacy=central_fixed does not compose with algorithm={name}: "
+        assert said[name].startswith(head), said[name]
+    assert flowers_start["dp, composed without privacy"]["refused"].startswith(
+        "Flower's DifferentialPrivacyServerSideFixedClipping wraps a strategy whose experiment "
+        "has privacy=none: compose it with privacy=central_fixed"
+    )
+    assert flowers_start["dp, unwrapped"]["refused"].startswith(
+        "the experiment has privacy=central_fixed but its strategy runs without Flower's "
+        "DifferentialPrivacyServerSideFixedClipping around it"
+    )
+    matching = flowers_start["dp, matching"]
+    assert matching["train_rounds"] == [1] and matching["train_metrics"] == []
 
 
 def test_the_readme_flower_app_trains_feddisco(tmp_path: Path) -> None:
@@ -80,87 +134,3 @@ def test_the_readme_flower_app_trains_feddisco(tmp_path: Path) -> None:
     assert sorted(weights) == [0, 1, 2, 3]
     by_size = sizes / sizes.sum()
     assert max(abs(float(weights[k]) - by_size[k]) for k in range(4)) > 0.01, (weights, by_size)
-
-
-# Wraps each case's strategy in Flower's DifferentialPrivacyServerSideFixedClipping (or not)
-# and runs one round with Flower's own start; writes what each case said to said.json.
-DP_APP = """
-import json
-from pathlib import Path
-
-from flwr.app import ArrayRecord, Context
-from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
-
-from fl_system.compose import compose_experiment
-from fl_system.experiment import build_model, build_strategy
-
-HERE = Path(__file__).parent
-app = ServerApp()
-
-
-@app.main()
-def main(grid: Grid, context: Context) -> None:
-    said = {}
-    for name, (overrides, wrap) in json.loads((HERE / "cases.json").read_text()).items():
-        experiment = compose_experiment(overrides)
-        try:
-            strategy = build_strategy(experiment)
-            if wrap:
-                strategy = DifferentialPrivacyServerSideFixedClipping(
-                    strategy, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2
-                )
-            result = strategy.start(
-                grid=grid,
-                initial_arrays=ArrayRecord(build_model(experiment).state_dict()),
-                num_rounds=1,
-            )
-            said[name] = sorted(result.train_metrics_clientapp[1])
-        except ValueError as err:
-            said[name] = str(err)
-    (HERE / "said.json").write_text(json.dumps(said))
-"""
-DP_REFUSED = ("feddyn", "scaffold", "fedcat", "fedacg", "efl", "taco")
-
-
-def test_flowers_dp_wrapper_in_an_app_of_ones_own_refuses_what_fl_run_refuses(
-    tmp_path: Path,
-) -> None:
-    """In a ServerApp written here, Flower's DifferentialPrivacyServerSideFixedClipping around
-    FedDyn, SCAFFOLD, FedCat, FedACG, EFL or TACO fails before round 1 with fl-run's sentence;
-    so does a wrapper around an experiment composed without privacy, and a strategy composed
-    with privacy=central_fixed but left unwrapped. The matching one trains a round, and
-    Flower's loop gets no statistic of the un-noised updates."""
-    quick = COMMON  # two clients
-    cases = {
-        name: ([*quick, f"algorithm={name}", *EXTRA.get(name, [])], True) for name in DP_REFUSED
-    }
-    cases["composed without privacy"] = (quick, True)
-    cases["unwrapped"] = ([*quick, "privacy=central_fixed"], False)
-    cases["matching"] = ([*quick, "privacy=central_fixed"], True)
-    app = write_app(tmp_path / "app", DP_APP) / "my_app"
-    (app / "cases.json").write_text(json.dumps(cases))
-    done = simulate(app / "server_app.py", 2, tmp_path, _env(tmp_path), timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = json.loads((app / "said.json").read_text())
-    fl_run = run_cli([*quick, "algorithm=feddyn", "privacy=central_fixed"], _env(tmp_path))
-    assert fl_run.returncode == 2
-    assert f"fl-run: error: {said['feddyn']}\n" in fl_run.stderr
-    for name in DP_REFUSED:
-        overrides = [*cases[name][0], "privacy=central_fixed"]
-        with pytest.raises(ConfigError) as refused:
-            check_parts(compose_experiment(overrides))
-        assert said[name] == str(refused.value), name
-        assert said[name].startswith(
-            f"privacy=central_fixed does not compose with algorithm={name}"
-        )
-    assert said["composed without privacy"].startswith(
-        "Flower's DifferentialPrivacyServerSideFixedClipping wraps a strategy whose experiment "
-        "has privacy=none: compose it with privacy=central_fixed"
-    )
-    assert said["unwrapped"].startswith(
-        "the experiment has privacy=central_fixed but its strategy runs without Flower's "
-        "DifferentialPrivacyServerSideFixedClipping around it"
-    )
-    assert said["matching"] == [], said["matching"]  # round 1 trained, its metrics withheld
-    assert "train_loss" not in done.stdout + done.stderr
