@@ -28,6 +28,19 @@ def test_a_round_line_says_what_each_time_is() -> None:
     )
 
 
+def test_a_dp_runs_round_line_has_no_train_loss_and_still_gives_progress() -> None:
+    line = run_log.round_line(3, 10, 0.9, None, 12.34, 40.06)
+    assert line == "round 3/10 | acc 0.9000 | 12.3 s this round | 40.1 s training | ETA 86 s"
+    log = RunLog()
+    log.feed("[fl_system] " + line + "\n")
+    assert (log.round, log.accuracy, log.round_seconds, log.training_seconds) == (
+        3,
+        0.9,
+        12.3,
+        40.1,
+    )
+
+
 def test_summary_and_failure_lines_round_trip_through_a_prefixed_stream() -> None:
     summary = {"final_accuracy": 0.8083, "rounds": 2, "best_round": 2, "target": math.nan}
     log = RunLog()
