@@ -16,7 +16,9 @@ only *how fast* that happens:
 - a reply whose sender dies while uploading it is given up once the sender is offline, not
   after Flower's 180 s object-push session (which also blocked every other reply);
 - a SuperNode may promise heartbeats more often than Flower's 30 s (and our SuperLink accepts
-  down to MIN_HEARTBEAT s instead of 10), so a killed node is reported unavailable in seconds.
+  down to MIN_HEARTBEAT s instead of 10), so a killed node is reported unavailable in seconds;
+- DP noise is drawn from OS entropy and Flower's DP wrappers check the fl_system strategy they
+  wrap (`fl_system.privacy.noise`, `fl_system.privacy.wrappers`, checked here too).
 
 `check()` verifies that the pinned flwr still has all of this; the node, the launcher and the
 simulation call it at start-up, and a unit test calls it so an flwr upgrade fails loudly.
@@ -64,9 +66,12 @@ class FlwrInternalsChanged(RuntimeError):
 def check() -> None:
     """Raise FlwrInternalsChanged naming everything that moved in the installed flwr."""
     from fl_system import flwr_engine, flwr_tasks
+    from fl_system.privacy import noise, wrappers
 
     raise_if(
         _node_loop_problems()
+        + noise.problems()
+        + wrappers.problems()
         + flwr_engine.problems()
         + _heartbeat_problems()
         + _reply_pull_problems()

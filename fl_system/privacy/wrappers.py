@@ -47,8 +47,22 @@ WRAPPED_BY = "dp_wrapper_mode"  # set on a checked strategy: the mode of its wra
 _CHECKED = "_fl_system_checks_wrapping"
 
 
+def problems() -> list[str]:
+    """What moved in the installed flwr that `install()` hooks into."""
+    found = []
+    for module, name in BASES:
+        base = getattr(importlib.import_module(module), name, None)
+        if base is None or "strategy" not in inspect.signature(base.__init__).parameters:
+            found.append(f"{module}.{name} no longer takes the strategy it wraps")
+    return found
+
+
 def install() -> None:
-    """Make Flower's DP wrappers check what they wrap (idempotent)."""
+    """Make Flower's DP wrappers check what they wrap (idempotent). Raises
+    FlwrInternalsChanged if flwr moved them."""
+    from fl_system.flwr_hooks import raise_if
+
+    raise_if(problems())
     for module, name in BASES:
         base = getattr(importlib.import_module(module), name)
         if not getattr(base.__init__, _CHECKED, False):
