@@ -77,15 +77,17 @@ def _checked(init: Any) -> Any:
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         init(self, *args, **kwargs)
-        check_wrapping(type(self).__name__, bound.arguments)
+        flowers = next((c.__name__ for c in type(self).__mro__ if c.__name__ in MODES), "")
+        check_wrapping(flowers, bound.arguments)
 
     setattr(checked_init, _CHECKED, True)
     return checked_init
 
 
 def check_wrapping(wrapper: str, arguments: Mapping[str, Any]) -> None:
-    """Raise ConfigError if Flower's `wrapper`, built with `arguments`, cannot wrap its
-    strategy; mark the strategy with the wrapper's mode if it can."""
+    """Raise ConfigError if Flower's `wrapper` (the class's name, or that of the Flower
+    wrapper it subclasses), built with `arguments`, cannot wrap its strategy; mark the
+    strategy with the wrapper's mode if it can."""
     strategy = arguments["strategy"]
     name = MODES.get(wrapper)
     if name is None or not hasattr(strategy, "privacy_conflict"):

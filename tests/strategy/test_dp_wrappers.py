@@ -125,3 +125,12 @@ def test_flowers_own_strategies_are_wrapped_as_before() -> None:
         FedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=4
     )
     assert wrapper.noise_multiplier == 1.0
+
+
+def test_a_subclass_of_flowers_wrapper_is_checked_as_the_wrapper() -> None:
+    class MyPrivacy(DifferentialPrivacyServerSideFixedClipping):
+        pass
+
+    strategy = build_strategy(compose_experiment(["algorithm=scaffold"]))
+    with pytest.raises(ConfigError, match="^privacy=central_fixed does not compose with alg"):
+        MyPrivacy(strategy, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=4)
