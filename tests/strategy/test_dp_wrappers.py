@@ -132,5 +132,5 @@ def test_a_subclass_of_flowers_wrapper_is_checked_as_the_wrapper() -> None:
         pass
 
     strategy = build_strategy(compose_experiment(["algorithm=scaffold"]))
-    with pytest.raises(ConfigError, match="^privacy=central_fixed does not compose with alg"):
+    with pytest.raises(ConfigError, match=r"^privacy=central_fixed does not compose with alg"):
         MyPrivacy(strategy, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=4)
