@@ -87,10 +87,7 @@ def check_composition(cfg: DictConfig, strategy: Any, name: str) -> None:
         value = OmegaConf.select(cfg, f"privacy.{key}", default=None)
         if value is not None and not ok(value):
             raise ConfigError(f"privacy.{key} must be {expected}, got {value!r}")
-    algorithm = OmegaConf.select(cfg, "algorithm.name", default=type(strategy).__name__.lower())
-    problem = strategy.privacy_conflict(name)
-    if problem is not None:
-        raise ConfigError(f"{head} does not compose with algorithm={algorithm}: {problem}")
+    check_rule(strategy, name, OmegaConf.select(cfg, "algorithm.name", default=None))
     for direction in ("up", "down"):
         codec = cfg.compression[direction].name
         if codec != "none":
@@ -113,6 +110,15 @@ def check_composition(cfg: DictConfig, strategy: Any, name: str) -> None:
         raise ConfigError(
             f"{head}: Flower's accountant covers fixed clipping only; set privacy.accounting=false"
         )
+
+
+def check_rule(strategy: Any, name: str, algorithm: str | None = None) -> None:
+    """Raise ConfigError if privacy mode `name` cannot run the strategy's rule (`algorithm`
+    names it; its class name when None)."""
+    problem = strategy.privacy_conflict(name)
+    if problem is not None:
+        algorithm = algorithm or type(strategy).__name__.lower()
+        raise ConfigError(f"privacy={name} does not compose with algorithm={algorithm}: {problem}")
 
 
 def build_wrapper(cfg: DictConfig, strategy: Any) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system.privacy.checks import check_composition, clients_per_round, mode
+from fl_system.privacy.checks import check_composition, check_rule, clients_per_round, mode
 from fl_system.validation import ConfigError
 
 BASES = (
@@ -94,12 +94,7 @@ def check_wrapping(wrapper: str, arguments: Mapping[str, Any]) -> None:
         return  # a wrapper of Flower's we do not map, or a strategy that is not ours
     cfg: DictConfig | None = strategy.experiment
     if cfg is None:
-        problem = strategy.privacy_conflict(name)
-        if problem is not None:
-            algorithm = type(strategy).__name__.lower()
-            raise ConfigError(
-                f"privacy={name} does not compose with algorithm={algorithm}: {problem}"
-            )
+        check_rule(strategy, name)
     else:
         check_composition(cfg, strategy, name)
         _check_match(wrapper, name, arguments, cfg)
