@@ -43,11 +43,12 @@ def cached_arrays(identity: dict, build: Callable[[], Arrays]) -> Arrays:
     except (OSError, ValueError):  # missing, or a file we cannot read: build it again
         pass
     arrays = build()
-    _write_atomically(path, arrays)
+    write_arrays(path, arrays)
     return arrays
 
 
-def _write_atomically(path: Path, arrays: Arrays) -> None:
+def write_arrays(path: Path, arrays: Arrays) -> None:
+    """Save `arrays` as an .npz atomically; a read-only or full disk is not an error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")

@@ -48,9 +48,13 @@ def load_node_dir(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     Integer-typed y is widened to int64 and float64 x narrowed to float32; anything else that
     does not fit raises DataError naming the file and the problem.
     """
-    file = Path(path) / TRAIN_FILE
+    return load_npz(Path(path) / TRAIN_FILE)
+
+
+def load_npz(file: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays x (float) and y (integer labels) of one .npz file, checked."""
     if not file.is_file():
-        raise DataError(f"node data file {file} not found; expected {TRAIN_FILE} with arrays x, y")
+        raise DataError(f"node data file {file} not found; expected an .npz with arrays x, y")
     try:
         loaded = np.load(file, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
