@@ -34,12 +34,19 @@ from torch import nn
 from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model, receive_model
-from client_app.local_data import NodeIdentity, local_test_data, local_training_data
+from client_app.local_data import (
+    NodeIdentity,
+    held_data,
+    local_test_data,
+    local_training_data,
+)
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, batches, train_locally
 from fl_system import privacy, protocol, wire
 from fl_system.compression import Compression
 from fl_system.config_nodes import build, config_from_json
+from fl_system.data.files import DataError
+from fl_system.data.node_data import NodeReport, node_held
 from fl_system.devices import apply_thread_limit, resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.experiment import build_client_addons, build_compression, build_model
@@ -112,9 +119,25 @@ def handshake(msg: Message, context: Context) -> Message:
     node = NodeIdentity.from_context(context)
     cfg = config_from_json(config_json)
     metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id})
+    content = RecordDict({protocol.METRICS: metrics})
+    if node_held(cfg):  # what it holds, no rows: the server checks it against the task
+        report = _report(cfg, node)
+        content[protocol.NODE_DATA] = ConfigRecord(
+            {protocol.NODE_REPORT: report.to_json(), protocol.NODE_NAME: node.label}
+        )
+        if report.error is not None:
+            return Message(content, reply_to=msg)
     for hook in _hooks(config_json):
         metrics.update(hook.handshake_metrics(lambda: local_training_data(cfg, node)))
-    return Message(RecordDict({protocol.METRICS: metrics}), reply_to=msg)
+    return Message(content, reply_to=msg)
+
+
+def _report(cfg: DictConfig, node: NodeIdentity) -> NodeReport:
+    """This node's data described; a node that cannot read it says why instead."""
+    try:
+        return held_data(cfg, node).report
+    except DataError as err:
+        return NodeReport(path=node.data_dir or "", error=str(err))
 
 
 @dataclass(frozen=True)

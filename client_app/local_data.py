@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from fl_system.cache_root import default_cache_root
 from fl_system.data.corruption import corrupt
+from fl_system.data.files import DataError
 from fl_system.data.local_split import stratified_split
+from fl_system.data.node_data import NodeData, Part, Task, node_held, normalised, read_node_data
 from fl_system.data.node_dir import load_node_dir
 from fl_system.data.partition_cache import cached_partition
 from fl_system.seeding import derive_seed
@@ -26,7 +29,9 @@ class NodeIdentity:
 
     partition_id: int
     num_partitions: int
-    data_dir: str | None = None
+    data_dir: str | None = None  # its own data (node config `data`, or `data-dir`)
+    data_kind: str | None = None  # what that data is (`data-kind`), else detected
+    name: str | None = None  # how the server names it in what it reports (`name`)
     device: str = "auto"
     cache_dir: str | None = None
     state_dir: str | None = None
@@ -39,11 +44,18 @@ class NodeIdentity:
         return cls(
             partition_id=int(cfg["partition-id"]),
             num_partitions=int(cfg.get("num-partitions", 0)),
-            data_dir=str(cfg["data-dir"]) if cfg.get("data-dir") else None,
+            data_dir=str(cfg.get("data") or cfg.get("data-dir") or "") or None,
+            data_kind=str(cfg["data-kind"]) if cfg.get("data-kind") else None,
+            name=str(cfg["name"]) if cfg.get("name") else None,
             device=str(cfg.get("device", "auto")),
             cache_dir=str(cfg["cache-dir"]) if cfg.get("cache-dir") else None,
             state_dir=str(cfg["state-dir"]) if cfg.get("state-dir") else None,
         )
+
+    @property
+    def label(self) -> str:
+        """How messages name this node: its name, else its partition id."""
+        return self.name or str(self.partition_id)
 
     def state_root(self) -> Path:
         return Path(self.state_dir) if self.state_dir else default_state_root()
@@ -56,10 +68,18 @@ def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray
     """The node's own directory if it has one, else its (cached) partition of the dataset,
     less its local test split when `client_eval.enabled`; corrupted when the run names this
     partition in `clients.corrupt.ids`."""
-    x, y = _own_or_partition(cfg, node)
-    if OmegaConf.select(cfg, "client_eval.enabled", default=False):
-        train, _ = _local_split(cfg, node, y)
-        x, y = x[train], y[train]
+    if node_held(cfg):
+        held = held_data(cfg, node)
+        x, y = held.train.x, held.train.y
+        if held.test is None and holds_out(cfg):
+            train, _ = _local_split(cfg, node, y)
+            x, y = x[train], y[train]
+        x = normalised(x, Task.from_config(cfg))
+    else:
+        x, y = _own_or_partition(cfg, node)
+        if holds_out(cfg):
+            train, _ = _local_split(cfg, node, y)
+            x, y = x[train], y[train]
     corrupted = cfg.clients.corrupt
     if node.partition_id in corrupted.ids:
         return corrupt(
@@ -75,10 +95,41 @@ def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray
 
 def local_test_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
     """The node's held-out share (`client_eval.test_fraction`, stratified by label), never
-    trained on and never corrupted: what per-client evaluation scores models on."""
+    trained on and never corrupted: what per-client and federated evaluation score models on.
+    A node holding a test part of its own scores on that instead."""
+    if node_held(cfg):
+        held = held_data(cfg, node)
+        part = held.test
+        if part is None:
+            _, test = _local_split(cfg, node, held.train.y)
+            part = Part(held.train.x[test], held.train.y[test])
+        return normalised(part.x, Task.from_config(cfg)), part.y
     x, y = _own_or_partition(cfg, node)
     _, test = _local_split(cfg, node, y)
     return x[test], y[test]
+
+
+def holds_out(cfg: DictConfig) -> bool:
+    """Whether clients keep a share of their data back for evaluation (unless they hold a
+    test part): per-client evaluation, or federated evaluation."""
+    mode = OmegaConf.select(cfg, "evaluation.mode", default="central")
+    return bool(OmegaConf.select(cfg, "client_eval.enabled", default=False)) or mode != "central"
+
+
+def held_data(cfg: DictConfig, node: NodeIdentity) -> NodeData:
+    """The data this node holds, read for the run's task (dataset=images|table|hf|npz)."""
+    if not node.data_dir:
+        raise DataError(
+            f"node {node.label} holds no data: the run's dataset={cfg.dataset.name} is held by "
+            "the nodes; start it with fl-client --data PATH (node config data=PATH)"
+        )
+    return _read(node.data_dir, Task.from_config(cfg), node.data_kind, node.cache_root())
+
+
+@functools.lru_cache(maxsize=2)
+def _read(path: str, task: Task, kind: str | None, cache_root: Path) -> NodeData:
+    """One read per process (a simulation worker serves many messages)."""
+    return read_node_data(path, task, kind=kind, cache_root=cache_root)
 
 
 def _local_split(cfg: DictConfig, node: NodeIdentity, y: np.ndarray):

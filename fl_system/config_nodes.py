@@ -15,7 +15,10 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system import resolvers
 from fl_system.validation import ConfigError
+
+resolvers.register()
 
 
 def new_run_id() -> str:

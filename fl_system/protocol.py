@@ -58,6 +58,12 @@ CLIENT_TEST_EXAMPLES = "client-test-examples"
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE_ACTION = "handshake"  # ClientApp: @app.query(HANDSHAKE_ACTION)
 HANDSHAKE = f"query.{HANDSHAKE_ACTION}"
+# A node holding its own data (dataset=images|table|hf|npz) adds to its handshake reply a
+# ConfigRecord NODE_DATA: NODE_REPORT (fl_system.data.node_data.NodeReport as JSON: counts,
+# classes, columns, no rows) and NODE_NAME (its node config `name`, else its partition id).
+NODE_DATA = "node-data"
+NODE_REPORT = "report"
+NODE_NAME = "name"
 # Sent to a node the server will not use (partition clash, partition out of range), with the
 # reason under REASON; the ClientApp logs TURNED_AWAY_LOG + reason, which fl-client watches for.
 TURN_AWAY_ACTION = "turn_away"

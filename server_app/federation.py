@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fl_system import protocol, system
 from fl_system.config_nodes import config_to_json
+from fl_system.data.node_data import node_held
 from fl_system.experiment import build_compression
 from fl_system.seeding import derive_seed
 from server_app import stragglers
@@ -28,6 +29,7 @@ from server_app.client_eval import ClientEvaluation
 from server_app.compression import UpdateTally, expand_replies
 from server_app.downlink import Downlink
 from server_app.exchange import Courier
+from server_app.node_data_check import DataCheck
 from server_app.nodes import NodeRegistry
 from server_app.rounds import RoundPlan, RoundResult, RunFailed
 from server_app.virtual_clock import VirtualClock
@@ -99,6 +101,7 @@ class Federation:
                 config_to_json(self.cfg),
                 num_partitions=int(self.cfg.num_clients),
                 on_join=self.on_join,
+                vet=DataCheck(self.cfg, say) if node_held(self.cfg) else None,
             )
             per_round = self.cfg.clients_per_round
             self.nodes.wait_for(

@@ -16,6 +16,7 @@ from flwr.serverapp import Grid
 
 from fl_system import protocol
 from server_app.exchange import exchange
+from server_app.rounds import RunFailed
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +34,16 @@ class NodeRegistry:
         *,
         num_partitions: int,
         on_join: Callable[[int, MetricRecord], None] | None = None,
+        vet: Callable[[int, Message], str | None] | None = None,
     ) -> None:
         self._grid = grid
         self._on_join = on_join
+        self._vet = vet  # (partition, handshake reply) -> why the node is left out, or None
         self._config_json = run_config_json
         self._num_partitions = num_partitions
         self.partition_of: dict[int, int] = {}
         self._rejected: set[int] = set()  # nodes whose handshake failed or clashed
+        self.excluded: set[int] = set()  # partitions whose data the run left out
         self._bytes_up = 0
         self._bytes_down = 0
 
@@ -68,7 +72,9 @@ class NodeRegistry:
         while True:
             nodes = self.refresh(timeout=max(deadline - time.monotonic(), 1.0))
             have = len(set(nodes.values()))
-            if have >= count:
+            if have >= count - len(self.excluded):
+                if not nodes:
+                    raise RunFailed("every node's data was left out: nothing is left to train")
                 return nodes
             now = time.monotonic()
             if now >= deadline:
@@ -104,6 +110,11 @@ class NodeRegistry:
                     f"partition-id {pid} is already held by live node {holder} "
                     "(each SuperNode needs its own partition-id)",
                 )
+                continue
+            reason = self._vet(pid, reply) if self._vet is not None else None
+            if reason is not None:
+                self.excluded.add(pid)
+                self._turn_away(node, reason)
                 continue
             if holder is not None:
                 log.warning("partition %d moves from silent node %d to node %d", pid, holder, node)

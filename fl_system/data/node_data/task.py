@@ -74,13 +74,16 @@ class Task:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     on_bad_record: str = "stop"
+    shape: tuple[int, ...] | None = None  # npz: the records' shape as declared
 
     @property
     def is_images(self) -> bool:
-        return self.features is None
+        return self.features is None and (self.shape is None or len(self.shape) == 3)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
+        if self.shape is not None:
+            return self.shape
         if self.features is None:
             assert self.image_size is not None and self.channels is not None
             return (self.channels, *self.image_size)
@@ -90,7 +93,7 @@ class Task:
     def numeric(self) -> list[int]:
         """Positions, in the encoded row, of the numeric features (what normalisation scales)."""
         if self.features is None:
-            return []
+            return [] if self.is_images else list(range(self.input_shape[0]))
         out, at = [], 0
         for feature in self.features:
             if feature.type != "category":
@@ -107,13 +110,14 @@ class Task:
             raise ConfigError(f"dataset.kind must be one of {', '.join(KINDS)}; got {kind!r}")
         classes = _classes(d.get("classes"))
         features = _features(d.get("features")) if kind == "table" or d.get("features") else None
-        size = d.get("image_size")
+        shape = _shape(d.get("input_shape")) if kind == "npz" else None
+        images = features is None and shape is None
         task = cls(
             kind=kind,
             classes=classes,
             label_column=str(d.get("label_column", "label")),
-            image_size=_image_size(size) if features is None else None,
-            channels=_channels(d.get("channels")) if features is None else None,
+            image_size=_image_size(d.get("image_size")) if images else None,
+            channels=_channels(d.get("channels")) if images else None,
             image_column=str(d.get("image_column", "image")),
             features=features,
             normalize=_choice("dataset.normalize", d.get("normalize", "fixed"), NORMALIZE),
@@ -122,12 +126,13 @@ class Task:
             on_bad_record=_choice(
                 "dataset.on_bad_record", d.get("on_bad_record", "stop"), ON_BAD_RECORD
             ),
+            shape=shape,
         )
         task._check_normalisation()
         return task
 
     def _check_normalisation(self) -> None:
-        width = self.channels if self.is_images else len(self.numeric)
+        width = self.input_shape[0] if self.is_images else len(self.numeric)
         what = "image channels" if self.is_images else "numeric features"
         for key, values in (("mean", self.mean), ("std", self.std)):
             if values is not None and len(values) not in (1, width):
@@ -176,6 +181,19 @@ def _features(value: Any) -> tuple[Feature, ...]:
                 f"dataset.features.{name} is {kind!r}; expected float, int or a list of categories"
             )
     return tuple(out)
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"dataset.input_shape must give the shape of one record, e.g. [30] or [1, 28, 28]; "
+            f"got {value!r}"
+        ) from None
+    if not shape or min(shape) <= 0:
+        raise ConfigError(f"dataset.input_shape must be positive; got {list(shape)}")
+    return shape
 
 
 def _image_size(value: Any) -> tuple[int, int]:
