@@ -48,7 +48,7 @@ from fl_system.config_nodes import build, config_from_json
 from fl_system.data.files import DataError
 from fl_system.data.node_data import NodeReport, node_held
 from fl_system.devices import apply_thread_limit, resolve_device
-from fl_system.evaluation import evaluate
+from fl_system.evaluation import count, counts_record
 from fl_system.experiment import build_client_addons, build_compression, build_model
 from fl_system.freeloaders import freeload
 from fl_system.malicious import tamper
@@ -348,15 +348,30 @@ def _tampered(got: _Incoming, metrics: MetricRecord) -> RecordDict:
 
 @app.evaluate()
 def evaluate_locally(msg: Message, context: Context) -> Message:
-    """Per-client evaluation (client_eval.enabled): the received global model's score on this
-    client's local test split."""
+    """The received global model scored on this client's local test split: its accuracy
+    (per-client evaluation, client_eval.enabled) and, under evaluation=federated|both, the
+    counts the server sums (confusion matrix, loss sum, score histograms; no records)."""
     got = _open(msg, context)
     x, y = local_test_data(got.cfg, got.node)
-    scored = evaluate(got.model, x, y, device=resolve_device(got.node.device)) if len(y) else None
+    content = RecordDict()
+    scored = None
+    if len(y):
+        counts = count(
+            got.model,
+            x,
+            y,
+            device=resolve_device(got.node.device),
+            num_classes=int(got.cfg.dataset.num_classes),
+            histograms="auroc" in OmegaConf.select(got.cfg, "evaluation.metrics", default=[]),
+        )
+        scored = float(np.trace(counts.confusion)) / len(y), counts.loss_sum / len(y)
+        if OmegaConf.select(got.cfg, "evaluation.mode", default="central") != "central":
+            content[protocol.EVAL_COUNTS] = counts_record(counts)
     metrics = MetricRecord(
         {protocol.PARTITION_ID: got.node.partition_id, **_scores(scored, len(y))}
     )
-    return _reply(RecordDict({protocol.METRICS: metrics}), msg)
+    content[protocol.METRICS] = metrics
+    return _reply(content, msg)
 
 
 def _reply(content: RecordDict, msg: Message) -> Message:

@@ -117,13 +117,16 @@ def holds_out(cfg: DictConfig) -> bool:
 
 
 def held_data(cfg: DictConfig, node: NodeIdentity) -> NodeData:
-    """The data this node holds, read for the run's task (dataset=images|table|hf|npz)."""
-    if not node.data_dir:
+    """The data this node holds, read for the run's task (dataset=images|table|hf|npz): its
+    node config's path, else (one machine, simulation) `runtime.node_data[partition]`."""
+    listed = OmegaConf.select(cfg, "runtime.node_data") or []
+    path = node.data_dir or (listed[node.partition_id] if node.partition_id < len(listed) else None)
+    if not path:
         raise DataError(
             f"node {node.label} holds no data: the run's dataset={cfg.dataset.name} is held by "
             "the nodes; start it with fl-client --data PATH (node config data=PATH)"
         )
-    return _read(node.data_dir, Task.from_config(cfg), node.data_kind, node.cache_root())
+    return _read(str(path), Task.from_config(cfg), node.data_kind, node.cache_root())
 
 
 @functools.lru_cache(maxsize=2)

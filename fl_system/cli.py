@@ -76,11 +76,13 @@ def run_experiment(cfg: DictConfig) -> dict:
     paths.config.write_text(OmegaConf.to_yaml(cfg))
     paths.summary.unlink(missing_ok=True)
     paths.failure.unlink(missing_ok=True)
+    paths.bad_input.unlink(missing_ok=True)
     try:
         runtime.run(cfg, paths)
     except LaunchError as err:
         _end_tracked(cfg, paths, "failed", str(err).splitlines()[0] if str(err) else "failed")
-        _fail(f"{err}\nrun directory: {paths.root}", EXIT_RUN_FAILED)
+        code = EXIT_BAD_INPUT if paths.bad_input.exists() else EXIT_RUN_FAILED
+        _fail(f"{err}\nrun directory: {paths.root}", code)
     except KeyboardInterrupt as stop:
         how = "terminated" if isinstance(stop, Terminated) else "interrupted"
         _end_tracked(cfg, paths, "killed", how)

@@ -4,20 +4,54 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from flwr.app import Array, ArrayRecord
 from torch import nn
+
+from fl_system.pooled_metrics import BINS, confusion, pooled_metrics, score_histograms
+
+
+@dataclass
+class Counts:
+    """What scoring a model on labelled records leaves, summable across nodes: the
+    confusion matrix, the sum of the cross-entropy losses and, when asked for, the
+    one-vs-rest score histograms AUROC needs (`fl_system.pooled_metrics`)."""
+
+    confusion: np.ndarray
+    loss_sum: float
+    histograms: np.ndarray | None = None
+
+    def __add__(self, other: Counts) -> Counts:
+        hist = (
+            None
+            if self.histograms is None or other.histograms is None
+            else self.histograms + other.histograms
+        )
+        return Counts(self.confusion + other.confusion, self.loss_sum + other.loss_sum, hist)
+
+    def metrics(self) -> dict[str, float]:
+        return pooled_metrics(self.confusion, self.loss_sum, self.histograms)
 
 
 @torch.no_grad()
-def evaluate(
-    model: nn.Module, x: np.ndarray, y: np.ndarray, *, device: torch.device, batch_size: int = 512
-) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of `model` on (x, y)."""
+def count(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    device: torch.device,
+    num_classes: int,
+    histograms: bool = False,
+    batch_size: int = 512,
+) -> Counts:
+    """Score `model` on (x, y) in batches."""
     model.to(device).eval()
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
-    correct = 0
+    matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
+    hist = np.zeros((num_classes, 2, BINS), dtype=np.int64) if histograms else None
     loss = 0.0
     for start in range(0, len(x), batch_size):
         # torch.tensor copies: the loaded splits are read-only (frozen in the cache), and a
@@ -26,9 +60,47 @@ def evaluate(
         yb = torch.tensor(y[start : start + batch_size], dtype=torch.long, device=device)
         logits = model(xb)
         loss += float(loss_fn(logits, yb))
-        correct += int((logits.argmax(dim=1) == yb).sum())
+        labels = yb.cpu().numpy()
+        matrix += confusion(labels, logits.argmax(dim=1).cpu().numpy(), num_classes)
+        if hist is not None:
+            hist += score_histograms(logits.double().cpu().numpy(), labels)
     model.to("cpu")
-    return correct / len(x), loss / len(x)
+    return Counts(matrix, loss, hist)
+
+
+def evaluate(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, *, device: torch.device, batch_size: int = 512
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of `model` on (x, y)."""
+    num_classes = _outputs(model)
+    counts = count(model, x, y, device=device, num_classes=num_classes, batch_size=batch_size)
+    return float(np.trace(counts.confusion)) / len(x), counts.loss_sum / len(x)
+
+
+def counts_record(counts: Counts) -> ArrayRecord:
+    """Counts as they travel (an evaluate reply's `protocol.EVAL_COUNTS`)."""
+    arrays = {
+        "confusion": counts.confusion.astype(np.int64),
+        "loss_sum": np.array([counts.loss_sum], dtype=np.float64),
+    }
+    if counts.histograms is not None:
+        arrays["histograms"] = counts.histograms.astype(np.int32)
+    return ArrayRecord({k: Array(v) for k, v in arrays.items()})
+
+
+def counts_from_record(record: ArrayRecord) -> Counts:
+    hist = record["histograms"].numpy().astype(np.int64) if "histograms" in record else None
+    return Counts(
+        record["confusion"].numpy().astype(np.int64),
+        float(record["loss_sum"].numpy()[0]),
+        hist,
+    )
+
+
+def _outputs(model: nn.Module) -> int:
+    """The number of classes a model scores (its last linear layer's outputs)."""
+    last = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
+    return int(last.out_features)
 
 
 WORST_SHARE = 0.1  # "worst decile": the mean of the lowest-scoring 10 % of clients

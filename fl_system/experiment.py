@@ -17,11 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from fl_system.addons import mounted
+from fl_system.cache_root import default_cache_root
 from fl_system.codecs import Dense
 from fl_system.compression import Compression
 from fl_system.config_nodes import build, config_from_json, config_to_json
 from fl_system.data import DatasetArrays
 from fl_system.data.dataset_cache import cached_arrays
+from fl_system.data.node_data import Task, node_held, normalised, read_node_data
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
 from fl_system.robust import WeightedMean
@@ -119,6 +121,30 @@ def load_dataset(cfg: DictConfig) -> DatasetArrays:
     return _dataset(json.dumps(source, sort_keys=True))
 
 
+def central_test_set(cfg: DictConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """The records the server scores the global model on (None: evaluation=federated).
+
+    A public dataset's test split; for data the nodes hold, `evaluation.central.data` on the
+    server machine (its test part, else all of it), read for the task as a node reads."""
+    mode = OmegaConf.select(cfg, "evaluation.mode", default="central")
+    if mode == "federated":
+        return None
+    if not node_held(cfg):
+        data = load_dataset(cfg)
+        return data.x_test, data.y_test
+    path = OmegaConf.select(cfg, "evaluation.central.data")
+    if not path:
+        raise ConfigError(
+            f"evaluation={mode} needs test data on the server for dataset={cfg.dataset.name} "
+            "(the nodes hold the data): give evaluation.central.data=PATH, or use "
+            "evaluation=federated (every node scores the model on its own test split)"
+        )
+    task = Task.from_config(cfg)
+    held = read_node_data(str(path), task, cache_root=default_cache_root())
+    part = held.test if held.test is not None else held.train
+    return normalised(part.x, task), part.y
+
+
 @functools.lru_cache(maxsize=4)
 def _partitions(key: str) -> tuple[np.ndarray, ...]:
     spec = json.loads(key)
@@ -157,13 +183,15 @@ def build_model(cfg: DictConfig) -> nn.Module:
 def central_evaluation(cfg: DictConfig) -> Callable[[int, ArrayRecord], MetricRecord]:
     """An `evaluate_fn` for Flower's `Strategy.start`: the global model's accuracy and loss on
     the experiment's test split, on the server (fl_system's driver does the same each round)."""
-    data = load_dataset(cfg)
+    test = central_test_set(cfg)
+    if test is None:
+        raise ConfigError("evaluation=federated has no central evaluation to give Flower's loop")
     model = build_model(cfg)
     device = resolve_device(cfg.server.device)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
-        accuracy, loss = evaluate(model, data.x_test, data.y_test, device=device)
+        accuracy, loss = evaluate(model, *test, device=device)
         return MetricRecord({"test_accuracy": accuracy, "test_loss": loss})
 
     return evaluate_fn

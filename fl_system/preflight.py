@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system.checkpoint import load_checkpoint
 from fl_system.compose import default_config
 from fl_system.config_nodes import build
+from fl_system.data.node_data import Task, node_held
 from fl_system.experiment import (
     build_client_addons,
     build_compression,
     build_model,
     build_strategy,
+    central_test_set,
     load_dataset,
     partition_indices,
 )
@@ -33,6 +37,9 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
 def check_parts(cfg: DictConfig) -> None:
     """Build every part once (strategy, local rule, add-ons, codecs, model): a component that
     rejects its arguments fails here, before any data is read."""
+    if node_held(cfg):  # the task first: the model's sizes come from it
+        Task.from_config(cfg)
+    _check_node_data(cfg)
     check_privacy(cfg, build_strategy(cfg))
     build(cfg.algorithm.local_rule)
     build_client_addons(cfg)
@@ -43,6 +50,26 @@ def check_parts(cfg: DictConfig) -> None:
         build(cfg.dataset.augment, label="dataset.augment")
 
 
+def _check_node_data(cfg: DictConfig) -> None:
+    """runtime.node_data: one path per node, for a dataset the nodes hold."""
+    listed = OmegaConf.select(cfg, "runtime.node_data") or []
+    if not listed:
+        return
+    if not node_held(cfg):
+        raise ConfigError(
+            f"runtime.node_data gives the nodes data of their own, but dataset={cfg.dataset.name} "
+            "is partitioned from one source; use dataset=images|table|hf|npz"
+        )
+    if len(listed) != int(cfg.num_clients):
+        raise ConfigError(
+            f"runtime.node_data lists {len(listed)} paths for num_clients={cfg.num_clients}; "
+            "give one path per node"
+        )
+    for i, path in enumerate(listed):
+        if not Path(str(path)).expanduser().exists():
+            raise ConfigError(f"runtime.node_data[{i}] (node {i}): {path}: no such file or folder")
+
+
 def check_data(cfg: DictConfig, paths: RunPaths) -> None:
     """Load the dataset, partition it, and check the resume state of the run dir (fl-run
     runs this while a runtime that starts early comes up: a first load takes seconds).
@@ -51,8 +78,10 @@ def check_data(cfg: DictConfig, paths: RunPaths) -> None:
     This is the one place a resumed config is compared with its checkpoint's: the ServerApp
     runs only configs that fl-run gives it, and the composed defaults are read from conf/.
     """
-    load_dataset(cfg)
-    partition_indices(cfg, cfg.num_clients)
+    central_test_set(cfg)
+    if not node_held(cfg):
+        load_dataset(cfg)
+        partition_indices(cfg, cfg.num_clients)
     _check_resume(cfg, paths)
 
 

@@ -54,6 +54,9 @@ EVAL_LOCAL = "eval-local"
 CLIENT_ACCURACY = "client-accuracy"
 CLIENT_LOSS = "client-loss"
 CLIENT_TEST_EXAMPLES = "client-test-examples"
+# Federated evaluation (evaluation=federated|both): an evaluate reply's ArrayRecord of counts
+# (confusion, loss_sum, histograms: fl_system.evaluation.counts_record), never records.
+EVAL_COUNTS = "eval-counts"
 
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE_ACTION = "handshake"  # ClientApp: @app.query(HANDSHAKE_ACTION)

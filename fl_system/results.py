@@ -170,12 +170,29 @@ def _count(value: Any) -> int:
     return 0 if parsed is None else int(parsed)
 
 
-def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | None) -> dict:
-    """Headline numbers of a run; rounds without an evaluation are skipped for accuracy."""
+def summarize(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    target_accuracy: float | None,
+    accuracy: str = "test_accuracy",
+    score: str | None = None,
+) -> dict:
+    """Headline numbers of a run; rounds without an evaluation are skipped for accuracy.
+
+    `accuracy` is the column accuracy is read from (fed_accuracy under federated
+    evaluation); `score` the selected metric's column (`evaluation.select`), which the best
+    round and the target follow: `score`, `best_score` and `final_score` name it and its
+    values when it is not the accuracy column."""
+    score = score or accuracy
     evaluated = [
         (_count(r.get("round")), acc, number(r.get("wall_seconds")))
         for r in rows
-        if (acc := number(r.get("test_accuracy"))) is not None
+        if (acc := number(r.get(accuracy))) is not None
+    ]
+    judged = [
+        (_count(r.get("round")), value, number(r.get("wall_seconds")))
+        for r in rows
+        if (value := number(r.get(score))) is not None
     ]
     summary: dict[str, Any] = {
         "final_accuracy": evaluated[-1][1] if evaluated else None,
@@ -193,6 +210,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
     if evaluated:
         best = max(evaluated, key=lambda item: item[1])  # max keeps the earliest tie
         summary["best_accuracy"], summary["best_round"] = best[1], best[0]
+        if score != accuracy and judged:
+            top = max(judged, key=lambda item: item[1])
+            summary["best_round"] = top[0]
+            summary.update(score=score, best_score=top[1], final_score=judged[-1][1])
         last10 = [acc for _, acc, _ in evaluated[-10:]]
         summary["mean_last10_accuracy"] = sum(last10) / len(last10)
         summary["mean_last10_evaluations"] = len(last10)
@@ -215,7 +236,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, target_accuracy: float | Non
             summary[f"bmta_{kind}"], summary[f"bmta_{kind}_round"] = best[1], best[0]
             summary[f"final_client_acc_{kind}"] = scored[-1][1]
     if target_accuracy is not None:
-        hit = next((item for item in evaluated if item[1] >= target_accuracy), None)
+        hit = next((item for item in judged if item[1] >= target_accuracy), None)
         if hit is not None:
             summary["rounds_to_target"], summary["seconds_to_target"] = hit[0], hit[2]
     if rows and "virtual_clock" in rows[0]:

@@ -28,6 +28,11 @@ class RunPaths:
         return self.root / "failure.txt"
 
     @property
+    def bad_input(self) -> Path:
+        """Present beside failure.txt when a node's data stopped the run (fl-run exits 2)."""
+        return self.root / "failure-bad-input"
+
+    @property
     def curve(self) -> Path:
         return self.root / "curve.png"
 

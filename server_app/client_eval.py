@@ -12,6 +12,11 @@ Every `eval_every` rounds (and the last):
     (`client_eval_bytes_down`, `client_eval_bytes_up`), not in the round's training traffic.
 The worst decile is the mean of the lowest 10 % (at least one client). `summary.json` gets the
 best mean over rounds (BMTA, global and local) and the last one.
+
+Federated evaluation (`evaluation=federated|both`) rides on the same evaluate exchange: each
+client adds the counts of its scoring (`protocol.EVAL_COUNTS`), and the server sums them into
+the `fed_*` columns (accuracy, loss, balanced accuracy, macro F1, AUROC), exactly the metrics
+of the union of the clients' test data.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system import protocol
-from fl_system.evaluation import client_accuracy_summary
+from fl_system.evaluation import client_accuracy_summary, counts_from_record
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +36,38 @@ log = logging.getLogger(__name__)
 class ClientEvaluation:
     """Asks for local scores in train messages and runs the global evaluation exchange."""
 
-    def __init__(self, *, eval_every: int, num_rounds: int) -> None:
+    def __init__(
+        self,
+        *,
+        eval_every: int,
+        num_rounds: int,
+        per_client: bool = True,
+        pooled: Sequence[str] = (),
+    ) -> None:
         self.eval_every = eval_every
         self.num_rounds = num_rounds
+        self.per_client = per_client  # client_eval: per-client accuracies
+        self.pooled = tuple(pooled)  # evaluation=federated|both: these metrics, summed
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> ClientEvaluation | None:
-        if not OmegaConf.select(cfg, "client_eval.enabled", default=False):
+        per_client = bool(OmegaConf.select(cfg, "client_eval.enabled", default=False))
+        federated = OmegaConf.select(cfg, "evaluation.mode", default="central") != "central"
+        if not per_client and not federated:
             return None
-        return cls(eval_every=int(cfg.eval_every), num_rounds=int(cfg.num_rounds))
+        return cls(
+            eval_every=int(cfg.eval_every),
+            num_rounds=int(cfg.num_rounds),
+            per_client=per_client,
+            pooled=list(cfg.evaluation.metrics) if federated else (),
+        )
 
     def due(self, server_round: int) -> bool:
         return server_round % self.eval_every == 0 or server_round == self.num_rounds
 
     def train_config(self, server_round: int) -> dict[str, bool]:
         """What the round's train messages add to their config."""
-        return {protocol.EVAL_LOCAL: True} if self.due(server_round) else {}
+        return {protocol.EVAL_LOCAL: True} if self.per_client and self.due(server_round) else {}
 
     def local_columns(self, replies: Sequence[Message]) -> dict[str, float]:
         """The trainers' scores of their own models, from the round's replies."""
@@ -82,7 +103,27 @@ class ClientEvaluation:
                 len(scores),
                 asked,
             )
-        return {**_columns("client_acc_global", scores), "client_eval_clients": len(scores)}
+        columns: dict[str, float] = {}
+        if self.per_client:
+            columns.update(_columns("client_acc_global", scores))
+            columns["client_eval_clients"] = len(scores)
+        if self.pooled:
+            columns.update(self._pooled(replies))
+        return columns
+
+    def _pooled(self, replies: Sequence[Message]) -> dict[str, float]:
+        """The fed_* columns: the metrics of the counts summed over the clients."""
+        counts = [
+            counts_from_record(r.content.array_records[protocol.EVAL_COUNTS])
+            for r in replies
+            if not r.has_error() and protocol.EVAL_COUNTS in r.content.array_records
+        ]
+        if not counts:
+            return {}
+        metrics = sum(counts[1:], counts[0]).metrics()
+        wanted = [*self.pooled, *(["auroc_error"] if "auroc" in self.pooled else [])]
+        columns = {f"fed_{k}": metrics[k] for k in wanted if k in metrics}
+        return {**columns, "fed_examples": metrics["examples"], "fed_clients": len(counts)}
 
 
 def _scores(replies: Sequence[Message]) -> list[float]:

@@ -21,17 +21,18 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import run_log
+from fl_system import run_log, score
 from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.devices import resolve_device
-from fl_system.evaluation import evaluate
-from fl_system.experiment import build_model, build_strategy, load_dataset
+from fl_system.evaluation import count
+from fl_system.experiment import build_model, build_strategy, central_test_set
 from fl_system.results import METRIC_COLUMNS, MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
 from fl_system.tracking import chosen
 from fl_system.tracking.base import FAILED
 from fl_system.tracking.session import TrackedRun
 from server_app.federation import Federation
+from server_app.node_data_check import DataRefused
 from server_app.privacy import Privacy
 from server_app.rounds import RoundRecord, RunFailed, grouped_reasons
 from server_app.strategies.base import FederatedStrategy
@@ -64,6 +65,8 @@ class RoundDriver:
         try:
             return self._run()
         except (RunFailed, TimeoutError) as err:
+            if isinstance(err, DataRefused):  # bad input on a node: fl-run exits 2
+                self.paths.bad_input.touch()
             saved = self.metrics.rows()
             hint = (
                 f"; rounds up to {saved[-1]['round']} are saved (resume=true continues)"
@@ -86,7 +89,7 @@ class RoundDriver:
             torch.set_num_threads(int(cfg.server.torch_threads))
         if chosen(cfg):  # its process starts while the data loads and the federation connects
             self.tracking = TrackedRun(cfg, self.paths.root)
-        data = load_dataset(cfg)
+        test = central_test_set(cfg)
         model = build_model(cfg)
         arrays = ArrayRecord(model.state_dict())
         start_round, elapsed_before = 1, 0.0
@@ -100,13 +103,14 @@ class RoundDriver:
         for rnd in range(start_round, cfg.num_rounds + 1):
             t0 = time.monotonic()
             arrays, row, scored = self._round(rnd, arrays)
-            if rnd % cfg.eval_every == 0 or rnd == cfg.num_rounds:
+            if test is not None and (rnd % cfg.eval_every == 0 or rnd == cfg.num_rounds):
                 if scored is None:  # the model clients hold (or, server_apply=full, its own)
                     scored = self.federation.scored(arrays)
                 model.load_state_dict(scored.to_torch_state_dict())
-                last_eval = evaluate(model, data.x_test, data.y_test, device=self.device)
-                row["test_accuracy"], row["test_loss"] = last_eval
+                row.update(self._evaluate_centrally(model, *test))
             row.update(self._evaluate_on_clients(rnd, arrays))
+            if score.accuracy(cfg) in row:
+                last_eval = row[score.accuracy(cfg)], row.get(score.loss(cfg))
             elapsed = elapsed_before + time.monotonic() - started
             row["wall_seconds"] = round(elapsed, 3)
             row = self.privacy.published_row(row)
@@ -125,8 +129,8 @@ class RoundDriver:
                 )
             )
             target = cfg.target_accuracy
-            if target is not None and row.get("test_accuracy", -1.0) >= target:
-                run_log.say(f"target accuracy {target} reached at round {rnd}: stopping")
+            if target is not None and row.get(score.column(cfg), -1.0) >= target:
+                run_log.say(f"target {score.column(cfg)} {target} reached at round {rnd}: stopping")
                 break
         return self._finish()
 
@@ -195,6 +199,23 @@ class RoundDriver:
         row.update({k: v for k, v in record.result.metrics.items() if not isinstance(v, list)})
         return row
 
+    def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:
+        """The test_* columns: `evaluation.metrics` of the model on the server's test data."""
+        wanted = list(
+            OmegaConf.select(self.cfg, "evaluation.metrics", default=["accuracy", "loss"])
+        )
+        counts = count(
+            model,
+            x,
+            y,
+            device=self.device,
+            num_classes=int(self.cfg.dataset.num_classes),
+            histograms="auroc" in wanted,
+        )
+        metrics = counts.metrics()
+        wanted = ["accuracy", "loss", *wanted, *(["auroc_error"] if "auroc" in wanted else [])]
+        return {f"test_{k}": metrics[k] for k in dict.fromkeys(wanted) if k in metrics}
+
     def _evaluate_on_clients(self, rnd: int, arrays: ArrayRecord) -> dict:
         """client_eval: the global model scored on every connected client's test split."""
         messages = self.flower.configure_evaluate(rnd, arrays, ConfigRecord(), self.grid)
@@ -239,7 +260,12 @@ class RoundDriver:
 
     def _finish(self) -> dict:
         rows = self.metrics.rows()
-        summary = summarize(rows, target_accuracy=self.cfg.target_accuracy)
+        summary = summarize(
+            rows,
+            target_accuracy=self.cfg.target_accuracy,
+            accuracy=score.accuracy(self.cfg),
+            score=score.column(self.cfg),
+        )
         summary.update(self.strategy.summarize(rows))
         summary = self.privacy.summary(summary)
         write_summary(self.paths.summary, summary)

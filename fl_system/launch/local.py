@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -39,8 +40,14 @@ class LocalRuntime:
     """
 
     def __init__(
-        self, *, host: str = "127.0.0.1", startup_timeout: float = 60, torch_threads: int = 1
+        self,
+        *,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 60,
+        torch_threads: int = 1,
+        node_data: Sequence[str] = (),
     ) -> None:
+        self.node_data = [str(Path(p).expanduser().resolve()) for p in node_data]
         self.host = host
         self.startup_timeout = startup_timeout
         self.torch_threads = torch_threads
@@ -67,9 +74,11 @@ class LocalRuntime:
             # Every node reads its partition from the shared cache instead of N nodes loading
             # and partitioning the dataset at once in round 1 (preflight has loaded it; torch
             # came with it, so importing this only now keeps it out of the federation's start).
+            from fl_system.data.node_data import node_held
             from fl_system.data.partition_cache import prepare
 
-            prepare(cfg, default_cache_root())
+            if not node_held(cfg):
+                prepare(cfg, default_cache_root())
             conn = Connection(f"{self.host}:{control}", insecure=True)
             submit_and_follow(cfg, paths, conn, federation.procs, federation.env)
             discard_finished(cfg)  # only a completed run gets here
@@ -196,7 +205,15 @@ class _Federation:
         SuperLink, the launcher and the node forker started early)."""
         h, procs, env = self.runtime.host, self.procs, self.env
         assert self._forker is not None
+        paths_held = [
+            str(Path(p).expanduser().resolve()) for p in cfg.runtime.get("node_data") or []
+        ]
         for pid in range(cfg.num_clients):
+            own = (
+                f' data="{paths_held[pid]}" name="{Path(paths_held[pid]).name}"'
+                if paths_held
+                else ""
+            )
             procs.start(
                 f"supernode {pid}",
                 [
@@ -205,7 +222,7 @@ class _Federation:
                     "--superlink",
                     f"{h}:{self._fleet}",
                     "--node-config",
-                    f"partition-id={pid} num-partitions={cfg.num_clients}",
+                    f"partition-id={pid} num-partitions={cfg.num_clients}{own}",
                     "--host",
                     h,
                     "--port",

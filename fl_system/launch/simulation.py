@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +58,11 @@ class SimulationRuntime:
         torch_threads: int = 1,
         backend: str = "process",
         address: str | None = None,
+        node_data: Sequence[str] = (),
     ) -> None:
+        # node_data: the paths virtual clients read when the nodes hold the data (each reads
+        # runtime.node_data[its partition] from the run's config; nothing to do here)
+        del node_data
         if address is not None:  # the clients run on the cluster, placed by Ray
             address, backend = ray_cluster.find(str(address)), "ray"
         if backend not in BACKENDS:

@@ -55,9 +55,11 @@ class Task:
     image_column : str
         The column of a Hugging Face dataset that holds images.
     features : tuple of Feature, or None
-        The table columns the model reads, in order; None for images.
+        The table columns the model reads, ordered by name (a config's mappings travel as
+        JSON with sorted keys, so no other order survives the trip); None for images.
     normalize, mean, std : str, per-channel (or per-numeric-feature) floats
-        `fixed`: (value - mean) / std with the given values (None: 0 and 1); `federated`:
+        `fixed`: (value - mean) / std with the given values (None: 0 and 1; a table's, one per
+        numeric feature in the features' order, by name); `federated`:
         both from the nodes' counts, sums and sums of squares in a round before training.
     on_bad_record : str
         `stop` at the first unreadable record, or `skip` it and count it.
@@ -171,7 +173,7 @@ def _features(value: Any) -> tuple[Feature, ...]:
             "column's vocabulary)"
         )
     out = []
-    for name, kind in value.items():
+    for name, kind in sorted(value.items()):
         if isinstance(kind, str) and kind in NUMERIC:
             out.append(Feature(str(name), kind))
         elif not isinstance(kind, str) and kind is not None and len(kind) >= 1:
