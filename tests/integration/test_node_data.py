@@ -1,0 +1,145 @@
+"""Nodes that hold their own data: the same rows as CSV, Parquet and a saved Hugging Face
+dataset train and score exactly as they do given as npz; a node whose data does not fit the
+task is refused by name before round 1 (exit 2), or left out."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import pytest
+from sklearn.datasets import load_breast_cancer
+
+from fl_system.results import MetricsLog
+from tests.integration.conftest import run_cli
+
+pytestmark = pytest.mark.integration
+
+COLUMNS = ("radius", "texture", "perimeter", "area")  # the task orders them by name
+MEAN, STD = (
+    {"area": 655, "perimeter": 92, "radius": 14, "texture": 19},
+    {
+        "area": 352,
+        "perimeter": 24,
+        "radius": 3.5,
+        "texture": 4.3,
+    },
+)
+TASK = [
+    "dataset=table",
+    "dataset.classes=[malignant,benign]",
+    "dataset.features={" + ",".join(f"{c}:float" for c in COLUMNS) + "}",
+    f"dataset.mean=[{','.join(str(MEAN[c]) for c in sorted(COLUMNS))}]",
+    f"dataset.std=[{','.join(str(STD[c]) for c in sorted(COLUMNS))}]",
+    "evaluation=federated",
+    "model=mlp",
+    "num_clients=3",
+]
+FED = ("fed_accuracy", "fed_loss", "fed_balanced_accuracy", "fed_macro_f1", "fed_auroc")
+
+
+def _sites(root: Path) -> list[np.ndarray]:
+    """Three sites of scikit-learn's breast-cancer table, as CSV, Parquet and a saved
+    Hugging Face dataset, and the same rows as npz (x in the task's column order)."""
+    import datasets
+
+    data = load_breast_cancer()
+    names = [str(n) for n in data.target_names]  # 0 malignant, 1 benign
+    rows = {c: data.data[:, i] for i, c in enumerate(COLUMNS)}
+    table = pa.table({**rows, "label": [names[t] for t in data.target]})
+    parts = np.array_split(np.random.default_rng(0).permutation(len(data.target)), 3)
+    root.mkdir(parents=True, exist_ok=True)
+    pa_csv.write_csv(table.take(parts[0]), root / "a.csv")
+    pq.write_table(table.take(parts[1]), root / "b.parquet")
+    datasets.Dataset(table.take(parts[2])).save_to_disk(str(root / "c"))
+    x = np.stack([rows[c] for c in sorted(COLUMNS)], axis=1)
+    for i, part in enumerate(parts):
+        (root / f"npz{i}").mkdir()
+        np.savez(root / f"npz{i}" / "train.npz", x=x[part], y=data.target[part])
+    return parts
+
+
+def _fed(run_dir: Path) -> list[dict]:
+    return [{k: float(r[k]) for k in FED} for r in MetricsLog(run_dir / "metrics.csv").rows()]
+
+
+def test_csv_parquet_and_saved_dataset_nodes_match_the_same_rows_as_npz(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """runtime=local (a SuperLink and three SuperNodes over gRPC) on the table files vs the
+    same rows as npz: every round's federated metrics within 1e-6."""
+    sites = tmp_path / "sites"
+    _sites(sites)
+    tables = run_cli(
+        [
+            *TASK,
+            "runtime=local",
+            "num_rounds=5",
+            f"runtime.node_data=[{sites / 'a.csv'},{sites / 'b.parquet'},{sites / 'c'}]",
+            f"hydra.run.dir={tmp_path / 'tables'}",
+        ],
+        cli_env,
+    )
+    assert tables.returncode == 0, tables.stderr[-3000:]
+    npz = run_cli(
+        [
+            *[a for a in TASK if not a.startswith(("dataset=", "dataset.features"))],
+            "dataset=npz",
+            "dataset.input_shape=[4]",
+            "runtime=simulation",
+            "num_rounds=5",
+            f"runtime.node_data=[{','.join(str(sites / f'npz{i}') for i in range(3))}]",
+            f"hydra.run.dir={tmp_path / 'npz'}",
+        ],
+        cli_env,
+    )
+    assert npz.returncode == 0, npz.stderr[-3000:]
+    got, expected = _fed(tmp_path / "tables"), _fed(tmp_path / "npz")
+    assert len(got) == len(expected) == 5
+    for ours, theirs in zip(got, expected, strict=True):
+        for key in FED:
+            assert abs(ours[key] - theirs[key]) <= 1e-6, (key, ours, theirs)
+    assert got[-1]["fed_accuracy"] > 0.85  # it learned: the comparison is not of noise
+    log = (tmp_path / "tables" / "logs" / "serverapp.log").read_text()
+    assert "node b.parquet: 190 training records (table," in log
+
+
+def _run(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        [*TASK, "runtime=simulation", "num_rounds=1", f"hydra.run.dir={tmp_path / 'run'}", *args],
+        env,
+    )
+
+
+def test_a_node_whose_data_does_not_fit_is_refused_by_name_before_round_1(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    sites = tmp_path / "sites"
+    _sites(sites)
+    text = pa.table({c: ["high"] * 3 for c in COLUMNS} | {"label": ["benign"] * 3})
+    pa_csv.write_csv(text, sites / "text.csv")
+    nodes = f"runtime.node_data=[{sites / 'a.csv'},{sites / 'text.csv'},{sites / 'c'}]"
+    stopped = _run(tmp_path, cli_env, nodes)
+    assert stopped.returncode == 2, stopped.stderr[-3000:]
+    assert f'node 1 ({sites / "text.csv"}): column "area" is text, the task says float' in (
+        stopped.stderr
+    )
+    assert "Traceback" not in stopped.stderr
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+
+    left_out = _run(
+        tmp_path,
+        cli_env,
+        nodes,
+        "dataset.on_mismatch=exclude",
+        "hydra.run.dir=" + str(tmp_path / "ex"),
+    )
+    assert left_out.returncode == 0, left_out.stderr[-3000:]
+    rows = MetricsLog(tmp_path / "ex" / "metrics.csv").rows()
+    assert [int(r["fed_clients"]) for r in rows] == [2]
+    log = (tmp_path / "ex" / "logs" / "serverapp.log").read_text()
+    assert "left out of the run (dataset.on_mismatch=exclude)" in log
