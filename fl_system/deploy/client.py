@@ -96,8 +96,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--num-partitions", type=int, help="how many partitions the data has")
     parser.add_argument(
-        "--data-dir", type=Path, help="this client's own data (instead of a partition of a source)"
+        "--data",
+        "--data-dir",
+        dest="data",
+        type=Path,
+        help="the data this node holds (an image folder, a CSV or Parquet file or folder, a "
+        "saved Hugging Face dataset, or train.npz's folder); it never leaves this machine",
     )
+    parser.add_argument(
+        "--data-kind",
+        choices=["images", "table", "hf", "npz"],
+        help="what --data holds (default: detected from the path)",
+    )
+    parser.add_argument("--name", help="how the server names this node in what it reports")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--root-certificates", type=Path, help="the federation's ca.crt")
     parser.add_argument("--auth-key", type=Path, help="this SuperNode's private key (fl-certs)")
@@ -155,8 +166,8 @@ def node_config(args: argparse.Namespace) -> str:
     """Flower's --node-config string: who this client is (everything else comes from the run)."""
     if args.partition_id < 0:
         raise DeployError(f"--partition-id must be >= 0, got {args.partition_id}")
-    if args.num_partitions is None and args.data_dir is None:
-        raise DeployError("give --num-partitions N (a partition of a dataset) or --data-dir DIR")
+    if args.num_partitions is None and args.data is None:
+        raise DeployError("give --num-partitions N (a partition of a dataset) or --data PATH")
     pairs = {"partition-id": args.partition_id}
     if args.num_partitions is not None:
         if args.num_partitions < 1:
@@ -168,10 +179,14 @@ def node_config(args: argparse.Namespace) -> str:
             )
         pairs["num-partitions"] = args.num_partitions
     text = " ".join(f"{k}={v}" for k, v in pairs.items())
-    if args.data_dir is not None:
-        if not args.data_dir.is_dir():
-            raise DeployError(f"--data-dir: no directory at {args.data_dir}")
-        text += f' data-dir="{args.data_dir.resolve()}"'
+    if args.data is not None:
+        if not args.data.exists():
+            raise DeployError(f"--data: nothing at {args.data}")
+        text += f' data="{args.data.resolve()}"'
+    if args.data_kind is not None:
+        text += f' data-kind="{args.data_kind}"'
+    if args.name:
+        text += f' name="{args.name}"'
     if args.device != "auto":
         text += f' device="{args.device}"'
     if args.state_dir is not None:

@@ -27,6 +27,16 @@ NEEDS = {  # what an option needs besides BASE to compose into a valid run
     ("model", "cnn"): {"dataset": "mnist5k"},
     ("model", "resnet18_gn"): {"dataset": "mnist5k"},
     ("model", "vgg11"): {"dataset": "mnist5k"},
+    # data the nodes hold: the task names its classes and shape; the nodes evaluate
+    **{
+        ("dataset", kind): {"dataset.classes": "[a,b]", "evaluation": "federated", **extra}
+        for kind, extra in (
+            ("images", {}),
+            ("hf", {}),
+            ("table", {"dataset.features": "{age:float}"}),
+            ("npz", {"dataset.input_shape": "[4]"}),
+        )
+    },
 }
 ON_DISK = ("mnist", "fmnist", "cifar10", "cifar100", "trace")  # need files the tests lack
 

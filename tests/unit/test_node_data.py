@@ -285,3 +285,19 @@ def test_normalisation_per_channel_and_per_numeric_feature():
     huge = np.array([[1e30, 0.0, 1.0]], np.float32)
     scaled = Task(**{**TABLE.__dict__, "mean": (1e30,), "std": (1e29,)})
     np.testing.assert_array_equal(normalised(huge, scaled), [[0.0, 0.0, 1.0]])
+
+
+def test_the_task_orders_features_by_name_so_that_every_process_agrees():
+    """A config travels as JSON with sorted keys: only the order by name survives the trip."""
+    from fl_system.compose import compose_experiment
+    from fl_system.config_nodes import config_from_json, config_to_json
+
+    cfg = compose_experiment(
+        ["dataset=table", "dataset.classes=[no,yes]", "dataset.features={zeta:float,alpha:[b,a]}"]
+    )
+    here = Task.from_config(cfg)
+    there = Task.from_config(config_from_json(config_to_json(cfg)))
+    assert here == there
+    assert [f.name for f in here.features] == ["alpha", "zeta"]
+    assert here.features[0].categories == ("b", "a") and here.input_shape == (3,)
+    assert cfg.model.input_shape == [3] and cfg.dataset.num_classes == 2

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from fl_system.cli import CONF_DIR
 from fl_system.config_nodes import build
+from fl_system.data.node_data import KINDS, Task
 from fl_system.data.partitions import Partitioner
 from fl_system.experiment import (
     build_client_addons,
@@ -58,6 +59,13 @@ def test_models_build_for_their_inputs(name: str) -> None:
 
 @pytest.mark.parametrize("name", _options("dataset"))
 def test_datasets_build_and_describe_their_data(name: str) -> None:
+    if name in KINDS:  # data the nodes hold: the task gives the model its sizes
+        extra = {"table": "dataset.features={a:float,b:[x,y]}", "npz": "dataset.input_shape=[3]"}
+        cfg = _cfg(f"dataset={name}", "dataset.classes=[p,q,r]", extra.get(name, "seed=0"))
+        task = Task.from_config(cfg)
+        assert list(task.input_shape) == list(cfg.dataset.input_shape)
+        assert cfg.dataset.num_classes == 3
+        return
     cfg = _cfg(f"dataset={name}")
     source = build(cfg.dataset.source)
     assert callable(source.load)
