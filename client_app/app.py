@@ -39,6 +39,7 @@ from client_app.local_data import (
     held_data,
     local_test_data,
     local_training_data,
+    raw_training_data,
 )
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, batches, train_locally
@@ -46,7 +47,8 @@ from fl_system import privacy, protocol, wire
 from fl_system.compression import Compression
 from fl_system.config_nodes import build, config_from_json
 from fl_system.data.files import DataError
-from fl_system.data.node_data import NodeReport, node_held
+from fl_system.data.node_data import NodeReport, Task, node_held
+from fl_system.data.node_data.statistics import node_moments
 from fl_system.devices import apply_thread_limit, resolve_device
 from fl_system.evaluation import count, counts_record
 from fl_system.experiment import build_client_addons, build_compression, build_model
@@ -128,8 +130,22 @@ def handshake(msg: Message, context: Context) -> Message:
         if report.error is not None:
             return Message(content, reply_to=msg)
     for hook in _hooks(config_json):
-        metrics.update(hook.handshake_metrics(lambda: local_training_data(cfg, node)))
+        metrics.update(
+            hook.handshake_metrics(lambda: local_training_data(cfg, node, normalise=False))
+        )
     return Message(content, reply_to=msg)
+
+
+@app.query(protocol.STATS_ACTION)
+def statistics(msg: Message, context: Context) -> Message:
+    """dataset.normalize=federated: the moments of the records this node trains on (count,
+    sum and centred sum of squares per channel or numeric feature; no record)."""
+    cfg = config_from_json(_run_config(context))
+    node = NodeIdentity.from_context(context)
+    x, _ = raw_training_data(cfg, node)
+    moments = node_moments(x, Task.from_config(cfg))
+    record = ArrayRecord({k: Array(v) for k, v in moments.items()})
+    return Message(RecordDict({protocol.STATS_RECORD: record}), reply_to=msg)
 
 
 def _report(cfg: DictConfig, node: NodeIdentity) -> NodeReport:

@@ -64,17 +64,16 @@ class NodeIdentity:
         return Path(self.cache_dir) if self.cache_dir else default_cache_root()
 
 
-def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
-    """The node's own directory if it has one, else its (cached) partition of the dataset,
-    less its local test split when `client_eval.enabled`; corrupted when the run names this
-    partition in `clients.corrupt.ids`."""
+def local_training_data(
+    cfg: DictConfig, node: NodeIdentity, *, normalise: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """The node's own data if it holds some, else its (cached) partition of the dataset,
+    less its local test split when it holds one out; corrupted when the run names this
+    partition in `clients.corrupt.ids`. `normalise=False`: a node's own records as read
+    (what the handshake's hooks count, before federated normalisation is known)."""
     if node_held(cfg):
-        held = held_data(cfg, node)
-        x, y = held.train.x, held.train.y
-        if held.test is None and holds_out(cfg):
-            train, _ = _local_split(cfg, node, y)
-            x, y = x[train], y[train]
-        x = normalised(x, Task.from_config(cfg))
+        x, y = raw_training_data(cfg, node)
+        x = normalised(x, _normalising(cfg)) if normalise else x
     else:
         x, y = _own_or_partition(cfg, node)
         if holds_out(cfg):
@@ -93,6 +92,28 @@ def local_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray
     return x, y
 
 
+def raw_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
+    """The records a node holding its own data trains on, as read (not normalised)."""
+    held = held_data(cfg, node)
+    x, y = held.train.x, held.train.y
+    if held.test is None and holds_out(cfg):
+        train, _ = _local_split(cfg, node, y)
+        x, y = x[train], y[train]
+    return x, y
+
+
+def _normalising(cfg: DictConfig) -> Task:
+    """The run's task, whose mean and std normalise records; under normalize=federated the
+    server fills them in (its statistics exchange) before any record is used."""
+    task = Task.from_config(cfg)
+    if task.normalize == "federated" and task.mean is None:
+        raise DataError(
+            "dataset.normalize=federated: this node has not received the derived statistics "
+            "(the server sends them with a second handshake before round 1)"
+        )
+    return task
+
+
 def local_test_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
     """The node's held-out share (`client_eval.test_fraction`, stratified by label), never
     trained on and never corrupted: what per-client and federated evaluation score models on.
@@ -103,7 +124,7 @@ def local_test_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np
         if part is None:
             _, test = _local_split(cfg, node, held.train.y)
             part = Part(held.train.x[test], held.train.y[test])
-        return normalised(part.x, Task.from_config(cfg)), part.y
+        return normalised(part.x, _normalising(cfg)), part.y
     x, y = _own_or_partition(cfg, node)
     _, test = _local_split(cfg, node, y)
     return x[test], y[test]

@@ -67,6 +67,12 @@ HANDSHAKE = f"query.{HANDSHAKE_ACTION}"
 NODE_DATA = "node-data"
 NODE_REPORT = "report"
 NODE_NAME = "name"
+# dataset.normalize=federated: before round 1 the server asks every node for the moments of
+# its training records (ClientApp: @app.query(STATS_ACTION)); the reply's ArrayRecord
+# STATS_RECORD holds count, sum and m2 per channel or numeric feature, nothing else.
+STATS_ACTION = "stats"
+STATS = f"query.{STATS_ACTION}"
+STATS_RECORD = "stats"
 # Sent to a node the server will not use (partition clash, partition out of range), with the
 # reason under REASON; the ClientApp logs TURNED_AWAY_LOG + reason, which fl-client watches for.
 TURN_AWAY_ACTION = "turn_away"

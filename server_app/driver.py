@@ -89,7 +89,6 @@ class RoundDriver:
             torch.set_num_threads(int(cfg.server.torch_threads))
         if chosen(cfg):  # its process starts while the data loads and the federation connects
             self.tracking = TrackedRun(cfg, self.paths.root)
-        test = central_test_set(cfg)
         model = build_model(cfg)
         arrays = ArrayRecord(model.state_dict())
         start_round, elapsed_before = 1, 0.0
@@ -98,6 +97,8 @@ class RoundDriver:
             if self.tracking is not None:  # the saved rounds a tracker lacks
                 self.tracking.catch_up(self.metrics.rows())
         self.strategy.connect(self.grid, say=run_log.say)
+        # after the nodes connected: under normalize=federated their statistics normalise it
+        test = central_test_set(self.federation.cfg)
         started = time.monotonic()  # training time counts from round 1, the federation up
         last_eval: tuple[float, float] | None = None
         for rnd in range(start_round, cfg.num_rounds + 1):
@@ -267,6 +268,13 @@ class RoundDriver:
             score=score.column(self.cfg),
         )
         summary.update(self.strategy.summarize(rows))
+        derived = self.federation.normalisation
+        if derived is not None:  # dataset.normalize=federated: what the nodes' moments gave
+            summary["normalisation"] = {
+                "mean": derived.mean,
+                "std": derived.std,
+                "reply_bytes": {str(p): b for p, b in sorted(derived.reply_bytes.items())},
+            }
         summary = self.privacy.summary(summary)
         write_summary(self.paths.summary, summary)
         plot_curve(

@@ -24,7 +24,7 @@ from fl_system.config_nodes import config_to_json
 from fl_system.data.node_data import node_held
 from fl_system.experiment import build_compression
 from fl_system.seeding import derive_seed
-from server_app import stragglers
+from server_app import normalisation, stragglers
 from server_app.client_eval import ClientEvaluation
 from server_app.compression import UpdateTally, expand_replies
 from server_app.downlink import Downlink
@@ -88,6 +88,7 @@ class Federation:
             pack=OmegaConf.select(cfg, "privacy.client") is None,
         )
         self.nodes: NodeRegistry | None = None
+        self.normalisation: normalisation.Normalisation | None = None  # normalize=federated
         self._grid: Grid | None = None
         self._downlink_state: Mapping[str, np.ndarray] | None = None  # until the model is known
 
@@ -104,12 +105,25 @@ class Federation:
                 vet=DataCheck(self.cfg, say) if node_held(self.cfg) else None,
             )
             per_round = self.cfg.clients_per_round
-            self.nodes.wait_for(
+            nodes = self.nodes.wait_for(
                 int(self.cfg.num_clients if per_round is None else per_round),
                 float(self.cfg.round_timeout),
                 say=say,
             )
+            if self._normalises_federated():
+                self.normalisation = normalisation.derive(
+                    grid, nodes, timeout=float(self.cfg.round_timeout), say=say
+                )
+                self.cfg = self.normalisation.completed(self.cfg)
+                self.nodes.reconfigure(config_to_json(self.cfg), float(self.cfg.round_timeout))
         return self.nodes
+
+    def _normalises_federated(self) -> bool:
+        return (
+            node_held(self.cfg)
+            and self.cfg.dataset.get("normalize") == "federated"
+            and self.cfg.dataset.get("mean") is None
+        )
 
     def take_handshake_bytes(self) -> tuple[int, int]:
         """(up, down) bytes of handshakes since the last call (counted into a round)."""

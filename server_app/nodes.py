@@ -57,6 +57,18 @@ class NodeRegistry:
             self._handshake(new, timeout)
         return dict(self.partition_of)
 
+    def reconfigure(self, run_config_json: str, timeout: float) -> None:
+        """Hand every connected node (and every node that joins later) a new run config: a
+        second handshake, whose replies only need to arrive."""
+        self._config_json = run_config_json
+        for reply in self._ask(sorted(self.partition_of), timeout):
+            if reply.has_error():
+                log.warning(
+                    "node %d did not take the completed config: %s",
+                    reply.metadata.src_node_id,
+                    reply.error.reason,
+                )
+
     def take_handshake_bytes(self) -> tuple[int, int]:
         """(up, down) bytes of handshakes since the last call; counted into the next round."""
         counted = self._bytes_up, self._bytes_down

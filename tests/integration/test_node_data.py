@@ -4,6 +4,7 @@ task is refused by name before round 1 (exit 2), or left out."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -143,3 +144,65 @@ def test_a_node_whose_data_does_not_fit_is_refused_by_name_before_round_1(
     assert [int(r["fed_clients"]) for r in rows] == [2]
     log = (tmp_path / "ex" / "logs" / "serverapp.log").read_text()
     assert "left out of the run (dataset.on_mismatch=exclude)" in log
+
+
+def _image_sites(root: Path) -> list[np.ndarray]:
+    """scikit-learn's digits as three image-folder sites (train/ and test/), unequal in size
+    and skewed in label; returns each site's training images as read (uint8)."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(digits.target))
+    skewed = [order[digits.target[order] < 5], order[digits.target[order] >= 5]]
+    sites = [skewed[0][:500], skewed[1][:120], np.concatenate([skewed[0][500:], skewed[1][120:]])]
+    trained = []
+    for s, members in enumerate(sites):
+        pixels = (digits.images[members] * 16).clip(0, 255).astype(np.uint8)
+        for k, (i, image) in enumerate(zip(members, pixels, strict=True)):
+            part = "test" if k % 5 == 0 else "train"
+            folder = root / f"site{s}" / part / str(digits.target[i])
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(folder / f"{i}.png")
+        trained.append(pixels[[k % 5 != 0 for k in range(len(members))]])
+    return trained
+
+
+def test_federated_normalisation_derives_the_unions_statistics_from_counts_alone(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """dataset.normalize=federated on image folders: the server's mean and std equal numpy's
+    over the union of the nodes' training images; each node's reply weighs the same whatever
+    it holds (no pixel travels), a few hundred bytes."""
+    trained = _image_sites(tmp_path / "sites")
+    sites = ",".join(str(tmp_path / "sites" / f"site{i}") for i in range(3))
+    run = run_cli(
+        [
+            "dataset=images",
+            f"dataset.classes=[{','.join(map(str, range(10)))}]",
+            "dataset.image_size=[8,8]",
+            "dataset.normalize=federated",
+            "evaluation=federated",
+            "model=mlp",
+            "algorithm=feddisco",  # its handshake counts labels before the statistics exist
+            "runtime=simulation",
+            "num_clients=3",
+            "num_rounds=2",
+            f"runtime.node_data=[{sites}]",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cli_env,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    derived = json.loads((tmp_path / "run" / "summary.json").read_text())["normalisation"]
+    union = np.concatenate(trained).astype(np.float64) / 255.0
+    assert abs(derived["mean"][0] - union.mean()) <= 1e-5
+    assert abs(derived["std"][0] - union.std()) <= 1e-5
+    sizes = list(derived["reply_bytes"].values())
+    held = [t.nbytes for t in trained]
+    assert max(held) > 4 * min(held)  # the sites differ in size ...
+    assert max(sizes) - min(sizes) <= 8  # ... their replies do not
+    assert max(sizes) < min(held) / 3  # Flower's envelope, three float64 arrays of one
+    rows = MetricsLog(tmp_path / "run" / "metrics.csv").rows()
+    assert float(rows[-1]["fed_accuracy"]) > 0.3  # it trains on what the statistics normalise
