@@ -50,7 +50,7 @@ from fl_system.data.files import DataError
 from fl_system.data.node_data import NodeReport, Task, node_held
 from fl_system.data.node_data.statistics import node_moments
 from fl_system.devices import apply_thread_limit, resolve_device
-from fl_system.evaluation import count, counts_record
+from fl_system.evaluation import count, counts_record, regression_count
 from fl_system.experiment import build_client_addons, build_compression, build_model
 from fl_system.freeloaders import freeload
 from fl_system.malicious import tamper
@@ -297,6 +297,7 @@ def _train_locally(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
         state=got.state,
         evaluate_on=test,
         augment=build(cfg.dataset.augment) if cfg.dataset.get("augment") else None,
+        regression=cfg.get("task") == "regression",
     )
     metrics = MetricRecord(
         {
@@ -371,12 +372,16 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
     x, y = local_test_data(got.cfg, got.node)
     content = RecordDict()
     scored = None
-    if len(y):
+    device = resolve_device(got.node.device)
+    if len(y) and got.cfg.get("task") == "regression":
+        counts = regression_count(got.model, x, y, device=device)
+        content[protocol.EVAL_COUNTS] = counts_record(counts)
+    elif len(y):
         counts = count(
             got.model,
             x,
             y,
-            device=resolve_device(got.node.device),
+            device=device,
             num_classes=int(got.cfg.dataset.num_classes),
             histograms="auroc" in OmegaConf.select(got.cfg, "evaluation.metrics", default=[]),
         )

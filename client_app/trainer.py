@@ -57,6 +57,11 @@ def batches(n: int, settings: TrainSettings, generator: torch.Generator):
         epoch += 1
 
 
+def _squared_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """task=regression's loss: the mean squared error of the model's one output."""
+    return nn.functional.mse_loss(out[:, 0], target)
+
+
 def train_locally(
     model: nn.Module,
     x: np.ndarray,
@@ -70,11 +75,13 @@ def train_locally(
     state: ClientState | None = None,
     evaluate_on: tuple[np.ndarray, np.ndarray] | None = None,
     augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    regression: bool = False,
 ) -> TrainResult:
     """Train `model` in place on (x, y) and return what the reply needs; with `evaluate_on`,
     also the model's score there after the local steps (before the rule's `finish`, which
     may rescale a straggler's progress). `augment` transforms each training batch (CIFAR's
-    crop and flip), drawing from the same seeded generator as the batches.
+    crop and flip), drawing from the same seeded generator as the batches. `regression`: y
+    holds numbers and the loss is the squared error of the model's one output.
 
     `model` must expose `features` and `classifier` (every model in fl_system.models does).
     """
@@ -85,7 +92,7 @@ def train_locally(
     generator = torch.Generator().manual_seed(seed)
     model.to(device).train()
     xs = torch.as_tensor(x).to(device)
-    ys = torch.as_tensor(y, dtype=torch.long).to(device)
+    ys = torch.as_tensor(y, dtype=torch.float32 if regression else torch.long).to(device)
     ctx = LocalContext(
         model=model,
         global_params=[p.detach().clone() for p in model.parameters()],
@@ -102,7 +109,7 @@ def train_locally(
         momentum=settings.momentum,
         weight_decay=settings.weight_decay,
     )
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = _squared_error if regression else nn.functional.cross_entropy
     rule.begin(ctx)
     total_loss = 0.0
     for idx in batches(len(xs), settings, generator):

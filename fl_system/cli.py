@@ -90,8 +90,14 @@ def run_experiment(cfg: DictConfig) -> dict:
     finally:
         startup.write(paths.startup)
     summary = json.loads(paths.summary.read_text())
+    judged = (
+        f"final {summary['score']} {_fmt(summary['final_score'])} "
+        f"(best {_fmt(summary['best_score'])}), "
+        if "score" in summary
+        else ""
+    )
     print(
-        f"final accuracy {_fmt(summary['final_accuracy'])} "
+        f"{judged}final accuracy {_fmt(summary['final_accuracy'])} "
         f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} rounds: "
         f"{summary['wall_seconds']:.1f} s training, "
         f"{startup.elapsed():.1f} s in all (start-up included)\n"

@@ -11,7 +11,13 @@ import torch
 from flwr.app import Array, ArrayRecord
 from torch import nn
 
-from fl_system.pooled_metrics import BINS, confusion, pooled_metrics, score_histograms
+from fl_system.pooled_metrics import (
+    BINS,
+    confusion,
+    pooled_metrics,
+    regression_metrics,
+    score_histograms,
+)
 
 
 @dataclass
@@ -34,6 +40,55 @@ class Counts:
 
     def metrics(self) -> dict[str, float]:
         return pooled_metrics(self.confusion, self.loss_sum, self.histograms)
+
+
+REGRESSION_METRICS = ("loss", "mse", "mae", "r2")  # what task=regression's evaluation reports
+
+
+@dataclass
+class RegressionCounts:
+    """task=regression's summable counts: records, squared and absolute error sums, the
+    targets' sum and their squared deviation from their own mean (combined as Chan et al.'s
+    pairwise rule does, which stays exact where sums of raw squares would not)."""
+
+    n: float
+    sse: float
+    sae: float
+    sum_y: float
+    m2_y: float
+
+    def __add__(self, other: RegressionCounts) -> RegressionCounts:
+        n = self.n + other.n
+        delta = other.sum_y / other.n - self.sum_y / self.n
+        m2 = self.m2_y + other.m2_y + delta**2 * self.n * other.n / n
+        return RegressionCounts(
+            n, self.sse + other.sse, self.sae + other.sae, self.sum_y + other.sum_y, m2
+        )
+
+    def metrics(self) -> dict[str, float]:
+        return regression_metrics(self.n, self.sse, self.sae, self.m2_y)
+
+
+@torch.no_grad()
+def regression_count(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, *, device: torch.device, batch_size: int = 512
+) -> RegressionCounts:
+    """Score a one-output `model` on (x, y) with numeric targets y."""
+    model.to(device).eval()
+    predicted = []
+    for start in range(0, len(x), batch_size):
+        xb = torch.tensor(x[start : start + batch_size], device=device)
+        predicted.append(model(xb)[:, 0].double().cpu().numpy())
+    model.to("cpu")
+    target = np.asarray(y, np.float64)
+    error = np.concatenate(predicted) - target
+    return RegressionCounts(
+        float(len(target)),
+        float((error**2).sum()),
+        float(np.abs(error).sum()),
+        float(target.sum()),
+        float(((target - target.mean()) ** 2).sum()),
+    )
 
 
 @torch.no_grad()
@@ -77,8 +132,11 @@ def evaluate(
     return float(np.trace(counts.confusion)) / len(x), counts.loss_sum / len(x)
 
 
-def counts_record(counts: Counts) -> ArrayRecord:
+def counts_record(counts: Counts | RegressionCounts) -> ArrayRecord:
     """Counts as they travel (an evaluate reply's `protocol.EVAL_COUNTS`)."""
+    if isinstance(counts, RegressionCounts):
+        values = [counts.n, counts.sse, counts.sae, counts.sum_y, counts.m2_y]
+        return ArrayRecord({"regression": Array(np.array(values, dtype=np.float64))})
     arrays = {
         "confusion": counts.confusion.astype(np.int64),
         "loss_sum": np.array([counts.loss_sum], dtype=np.float64),
@@ -88,7 +146,9 @@ def counts_record(counts: Counts) -> ArrayRecord:
     return ArrayRecord({k: Array(v) for k, v in arrays.items()})
 
 
-def counts_from_record(record: ArrayRecord) -> Counts:
+def counts_from_record(record: ArrayRecord) -> Counts | RegressionCounts:
+    if "regression" in record:
+        return RegressionCounts(*(float(v) for v in record["regression"].numpy()))
     hist = record["histograms"].numpy().astype(np.int64) if "histograms" in record else None
     return Counts(
         record["confusion"].numpy().astype(np.int64),

@@ -60,6 +60,19 @@ def auroc_from_histogram(negatives: np.ndarray, positives: np.ndarray) -> tuple[
     return auc, float((pos * neg).sum() / (2 * pairs))
 
 
+def regression_metrics(n: float, sse: float, sae: float, m2_y: float) -> dict[str, float]:
+    """task=regression: mean squared and absolute error, and R^2 = 1 - SSE / SST, where SST
+    is the targets' squared deviation from their mean over all nodes (`m2_y`)."""
+    mse = sse / n
+    return {
+        "loss": mse,
+        "mse": mse,
+        "mae": sae / n,
+        "r2": 1.0 - sse / m2_y if m2_y > 0 else float("nan"),
+        "examples": int(n),
+    }
+
+
 def pooled_metrics(
     matrix: np.ndarray, loss_sum: float, histograms: np.ndarray | None = None
 ) -> dict[str, float]:

@@ -40,7 +40,9 @@ def check_parts(cfg: DictConfig) -> None:
     if node_held(cfg):  # the task first: the model's sizes come from it
         Task.from_config(cfg)
     _check_node_data(cfg)
-    check_privacy(cfg, build_strategy(cfg))
+    strategy = build_strategy(cfg)
+    _check_regression(cfg, strategy)
+    check_privacy(cfg, strategy)
     build(cfg.algorithm.local_rule)
     build_client_addons(cfg)
     build_compression(cfg, "up")
@@ -48,6 +50,32 @@ def check_parts(cfg: DictConfig) -> None:
     build_model(cfg)
     if cfg.dataset.get("augment"):
         build(cfg.dataset.augment, label="dataset.augment")
+
+
+def _check_regression(cfg: DictConfig, strategy: object) -> None:
+    """task=regression: data the nodes hold, and rules that need no class labels."""
+    if cfg.get("task", "classification") != "regression":
+        return
+    if not node_held(cfg):
+        raise ConfigError(
+            f"task=regression predicts a number from a table the nodes hold (dataset=table); "
+            f"dataset={cfg.dataset.name} is a classification dataset"
+        )
+    for part in (strategy, *getattr(strategy, "addons", ())):
+        reason = getattr(part, "classification_only", None)
+        if reason is not None:
+            raise ConfigError(
+                f"algorithm={cfg.algorithm.name} cannot run task=regression: {reason}"
+            )
+    if OmegaConf.select(cfg, "client_eval.enabled"):
+        raise ConfigError(
+            "client_eval scores per-client accuracy, which task=regression has not; use "
+            "evaluation=federated (mse, mae, r2 over the clients' test data)"
+        )
+    if cfg.clients.corrupt.ids and cfg.clients.corrupt.kind == "label_shift":
+        raise ConfigError(
+            "clients.corrupt.kind=label_shift shifts class labels: not under task=regression"
+        )
 
 
 def _check_node_data(cfg: DictConfig) -> None:

@@ -1,6 +1,7 @@
 """Config resolvers the dataset group uses to derive the model's sizes from a declared task.
 
-`${fl_count:${dataset.classes}}` is the number of classes. `${fl_input_shape:...}` is the
+`${fl_outputs:${task},${dataset.classes}}` is the model's number of outputs: the number of
+classes, or one under task=regression. `${fl_input_shape:...}` is the
 model's input shape: a table's encoded row width when features are named (a numeric column
 counts one, a categorical one its vocabulary), else [channels, H, W]. Registered on import
 of `fl_system.config_nodes`, which every process that composes or resolves a config imports.
@@ -13,8 +14,10 @@ from typing import Any
 from omegaconf import ListConfig, OmegaConf
 
 
-def _count(values: Any) -> int | None:
-    return None if values is None else len(values)
+def _outputs(task: Any, classes: Any) -> int | None:
+    if task == "regression":
+        return 1
+    return None if classes is None else len(classes)
 
 
 def _input_shape(features: Any, channels: Any, image_size: Any) -> ListConfig | None:
@@ -27,6 +30,6 @@ def _input_shape(features: Any, channels: Any, image_size: Any) -> ListConfig | 
 
 
 def register() -> None:
-    for name, function in (("fl_count", _count), ("fl_input_shape", _input_shape)):
+    for name, function in (("fl_outputs", _outputs), ("fl_input_shape", _input_shape)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function)

@@ -176,13 +176,15 @@ def summarize(
     target_accuracy: float | None,
     accuracy: str = "test_accuracy",
     score: str | None = None,
+    lower_is_better: bool = False,
 ) -> dict:
     """Headline numbers of a run; rounds without an evaluation are skipped for accuracy.
 
     `accuracy` is the column accuracy is read from (fed_accuracy under federated
     evaluation); `score` the selected metric's column (`evaluation.select`), which the best
-    round and the target follow: `score`, `best_score` and `final_score` name it and its
-    values when it is not the accuracy column."""
+    round and the target follow (the lowest, and at or below the target, when
+    `lower_is_better`): `score`, `best_score` and `final_score` name it and its values when it
+    is not the accuracy column."""
     score = score or accuracy
     evaluated = [
         (_count(r.get("round")), acc, number(r.get("wall_seconds")))
@@ -210,13 +212,14 @@ def summarize(
     if evaluated:
         best = max(evaluated, key=lambda item: item[1])  # max keeps the earliest tie
         summary["best_accuracy"], summary["best_round"] = best[1], best[0]
-        if score != accuracy and judged:
-            top = max(judged, key=lambda item: item[1])
-            summary["best_round"] = top[0]
-            summary.update(score=score, best_score=top[1], final_score=judged[-1][1])
         last10 = [acc for _, acc, _ in evaluated[-10:]]
         summary["mean_last10_accuracy"] = sum(last10) / len(last10)
         summary["mean_last10_evaluations"] = len(last10)
+    if score != accuracy and judged:  # the selected metric decides the best round
+        sign = -1 if lower_is_better else 1
+        top = max(judged, key=lambda item: sign * item[1])
+        summary["best_round"] = top[0]
+        summary.update(score=score, best_score=top[1], final_score=judged[-1][1])
     if rows and "update_bytes_up" in rows[0]:  # compression.up: the updates, and the rest
         summary["update_bytes_up"] = sum(_count(r.get("update_bytes_up")) for r in rows)
         summary["other_bytes_up"] = summary["bytes_up"] - summary["update_bytes_up"]
@@ -236,7 +239,14 @@ def summarize(
             summary[f"bmta_{kind}"], summary[f"bmta_{kind}_round"] = best[1], best[0]
             summary[f"final_client_acc_{kind}"] = scored[-1][1]
     if target_accuracy is not None:
-        hit = next((item for item in judged if item[1] >= target_accuracy), None)
+        hit = next(
+            (
+                item
+                for item in judged
+                if (item[1] <= target_accuracy if lower_is_better else item[1] >= target_accuracy)
+            ),
+            None,
+        )
         if hit is not None:
             summary["rounds_to_target"], summary["seconds_to_target"] = hit[0], hit[2]
     if rows and "virtual_clock" in rows[0]:

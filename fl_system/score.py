@@ -14,9 +14,30 @@ def prefix(cfg: DictConfig) -> str:
     return "fed" if mode == "federated" else "test"
 
 
+LOWER_IS_BETTER = frozenset({"loss", "mse", "mae"})
+
+
+def metric(cfg: DictConfig) -> str:
+    """`evaluation.select`; under task=regression, accuracy (the default) means R^2."""
+    name = str(OmegaConf.select(cfg, "evaluation.select", default="accuracy"))
+    return "r2" if name == "accuracy" and cfg.get("task") == "regression" else name
+
+
 def column(cfg: DictConfig) -> str:
     """The selected metric's column (test_accuracy by default)."""
-    return f"{prefix(cfg)}_{OmegaConf.select(cfg, 'evaluation.select', default='accuracy')}"
+    return f"{prefix(cfg)}_{metric(cfg)}"
+
+
+def lower_is_better(cfg: DictConfig) -> bool:
+    return metric(cfg) in LOWER_IS_BETTER
+
+
+def reached(cfg: DictConfig, value: float | None, target: float) -> bool:
+    """Whether a round's selected metric reached `target_accuracy` (at or below it for an
+    error, at or above it otherwise)."""
+    if value is None:
+        return False
+    return value <= target if lower_is_better(cfg) else value >= target
 
 
 def accuracy(cfg: DictConfig) -> str:

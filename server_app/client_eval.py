@@ -28,7 +28,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system import protocol
-from fl_system.evaluation import client_accuracy_summary, counts_from_record
+from fl_system.evaluation import (
+    REGRESSION_METRICS,
+    RegressionCounts,
+    client_accuracy_summary,
+    counts_from_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +127,8 @@ class ClientEvaluation:
             return {}
         metrics = sum(counts[1:], counts[0]).metrics()
         wanted = [*self.pooled, *(["auroc_error"] if "auroc" in self.pooled else [])]
+        if isinstance(counts[0], RegressionCounts):  # task=regression
+            wanted = list(REGRESSION_METRICS)
         columns = {f"fed_{k}": metrics[k] for k in wanted if k in metrics}
         return {**columns, "fed_examples": metrics["examples"], "fed_clients": len(counts)}
 

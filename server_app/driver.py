@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from fl_system import run_log, score
 from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.devices import resolve_device
-from fl_system.evaluation import count
+from fl_system.evaluation import REGRESSION_METRICS, count, regression_count
 from fl_system.experiment import build_model, build_strategy, central_test_set
 from fl_system.results import METRIC_COLUMNS, MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
@@ -130,7 +130,7 @@ class RoundDriver:
                 )
             )
             target = cfg.target_accuracy
-            if target is not None and row.get(score.column(cfg), -1.0) >= target:
+            if target is not None and score.reached(cfg, row.get(score.column(cfg)), target):
                 run_log.say(f"target {score.column(cfg)} {target} reached at round {rnd}: stopping")
                 break
         return self._finish()
@@ -202,6 +202,9 @@ class RoundDriver:
 
     def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:
         """The test_* columns: `evaluation.metrics` of the model on the server's test data."""
+        if self.cfg.get("task") == "regression":
+            scored = regression_count(model, x, y, device=self.device).metrics()
+            return {f"test_{k}": scored[k] for k in REGRESSION_METRICS}
         wanted = list(
             OmegaConf.select(self.cfg, "evaluation.metrics", default=["accuracy", "loss"])
         )
@@ -266,6 +269,7 @@ class RoundDriver:
             target_accuracy=self.cfg.target_accuracy,
             accuracy=score.accuracy(self.cfg),
             score=score.column(self.cfg),
+            lower_is_better=score.lower_is_better(self.cfg),
         )
         summary.update(self.strategy.summarize(rows))
         derived = self.federation.normalisation

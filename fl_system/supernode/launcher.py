@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import setproctitle
+
 from fl_system.launch.processes import alive
 from fl_system.warm_imports import PRELOAD, preload
 
@@ -254,6 +256,8 @@ def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> None:
             del sys.modules[name]
         # Flower's runtime exits when this pid is gone: the node (fl-run for a ServerApp)
         spec = dataclasses.replace(spec, parent_pid=node.pid)
+        kind = "serverapp" if node.serverapp else "clientapp"
+        setproctitle.setproctitle(f"fl_system {kind} task {spec.task_id} (for pid {node.pid})")
         run = launcher.hooks.run_serverapp if node.serverapp else launcher.hooks.run_clientapp
         run(spec)
         code = 0

@@ -24,6 +24,7 @@ class ServerAddon:
     name = ""  # its key under `algorithm.` (`disco`, `gsnr`), for messages
     state_prefix = ""  # the add-on's checkpoint keys start with this, e.g. "disco/"
     weighting: str | None = None  # how it weighs clients, if it replaces the strategy's weights
+    classification_only: str | None = None  # why it cannot run task=regression, if it cannot
 
     def owns(self, key: str) -> bool:
         """Whether a checkpoint key is this add-on's."""

@@ -38,6 +38,7 @@ class DiscoWeighting(ServerAddon):
     name = "disco"
     state_prefix = "disco/"
     weighting = "Disco's discrepancy-aware weights"
+    classification_only = "Disco weighs clients by how far their label distributions are"
 
     def __init__(
         self,

@@ -46,6 +46,7 @@ class GsnrSchedule(StepSchedule):
     """Asks the sampled clients for gradient statistics and gives each its local steps."""
 
     name = "gsnr"
+    classification_only = "its gradient statistics are of each sample's cross-entropy"
 
     def __init__(
         self,

@@ -101,6 +101,8 @@ class FederatedStrategy(Strategy):
     # What it decides from the clients' un-noised updates (weights, expulsions), which central
     # DP's noise does not cover: such a rule runs only under privacy=local.
     decides_from_updates: ClassVar[str | None] = None
+    # Why it cannot run task=regression (its rule needs class labels or the cross-entropy).
+    classification_only: ClassVar[str | None] = None
     refused_addons: ClassVar[tuple[Refusal, ...]] = ()  # add-ons it cannot take, and why
     # What one of its clients' local steps costs against plain SGD's (one forward and backward
     # on a batch): the virtual clock (system=...) charges its steps that much compute.

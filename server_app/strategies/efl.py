@@ -51,6 +51,7 @@ class Efl(FederatedStrategy):
     """FedAvg's model average, plus the Fisher sums U and V every client trains against."""
 
     extra_down = "the Fisher sums U and V"
+    classification_only = "its Fisher diagonals are of the cross-entropy loss"
     extra_up = "its Fisher diagonal"
 
     partial_work = True  # the client scales partial progress by E / s

@@ -36,6 +36,7 @@ class Stem(ServerVectorStrategy):
 
     extra_down = "the averaged momentum d"
     extra_up = "its momentum d"
+    classification_only = "its second gradient on every batch is of the cross-entropy loss"
     step_cost = 2.0  # a second gradient, at the previous weights, on every step's batch
 
     def __init__(

@@ -301,3 +301,16 @@ def test_the_task_orders_features_by_name_so_that_every_process_agrees():
     assert [f.name for f in here.features] == ["alpha", "zeta"]
     assert here.features[0].categories == ("b", "a") and here.input_shape == (3,)
     assert cfg.model.input_shape == [3] and cfg.dataset.num_classes == 2
+
+
+def test_a_regression_table_reads_its_label_as_a_number(tmp_path):
+    task = Task(**{**TABLE.__dict__, "classes": (), "regression": True})
+    rows = {"age": [30.0, 41.5, 58.0], "sex": ["f", "m", "f"], "label": [1.25, -3.0, 7.0]}
+    pq.write_table(pa.table(rows), tmp_path / "r.parquet")
+    data = read_node_data(tmp_path / "r.parquet", task)
+    assert data.train.y.dtype == np.float32 and data.train.y.tolist() == [1.25, -3.0, 7.0]
+    assert data.report.classes == ()
+    rows["label"] = ["1.5", "many", "2"]
+    pq.write_table(pa.table(rows), tmp_path / "bad.parquet")
+    with pytest.raises(DataError, match=r'record 2: label "many" is not a finite number'):
+        read_node_data(tmp_path / "bad.parquet", task)

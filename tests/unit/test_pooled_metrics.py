@@ -80,3 +80,32 @@ def test_log_odds_are_stable_at_any_scale(magnitude):
         np.testing.assert_allclose(got, np.log(p / (1 - p)), rtol=1e-6, atol=1e-12)
     else:
         assert got[0].argmax() == 1 and got[0, 1] > 0 > got[0, 0]
+
+
+@pytest.mark.parametrize("centre", [0.0, 1e6])
+def test_regression_counts_summed_over_nodes_give_the_unions_mse_mae_and_r2(centre):
+    from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
+
+    from fl_system.evaluation import RegressionCounts
+
+    rng = np.random.default_rng(2)
+    nodes = []
+    for n in (40, 7, 113):
+        y = centre + rng.normal(size=n) * 3.0
+        nodes.append((y, y + rng.normal(size=n)))
+    parts = [
+        RegressionCounts(
+            len(y),
+            float(((p - y) ** 2).sum()),
+            float(np.abs(p - y).sum()),
+            float(y.sum()),
+            float(((y - y.mean()) ** 2).sum()),
+        )
+        for y, p in nodes
+    ]
+    got = sum(parts[1:], parts[0]).metrics()
+    y = np.concatenate([y for y, _ in nodes])
+    p = np.concatenate([p for _, p in nodes])
+    assert got["mse"] == pytest.approx(mean_squared_error(y, p), rel=1e-12)
+    assert got["mae"] == pytest.approx(mean_absolute_error(y, p), rel=1e-12)
+    assert got["r2"] == pytest.approx(r2_score(y, p), rel=1e-9)

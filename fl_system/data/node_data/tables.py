@@ -68,7 +68,8 @@ def encode_parts(
             if table.num_rows == 0:
                 raise DataError(f"{where}: the table has no rows")
             labels = _labels(where, table, task, label_names)
-            found |= {v for v in labels if v is not None}
+            if not task.regression:
+                found |= {v for v in labels if v is not None}
             x, y, none_numeric = _encode(where, table, labels, task, bad)
             unconverted |= none_numeric
             xs.append(x)
@@ -171,15 +172,7 @@ def _encode(
     assert task.features is not None
     n = table.num_rows
     problem: list[str | None] = [None] * n
-    index = {c: i for i, c in enumerate(task.classes)}
-    y = np.full(n, -1, dtype=np.int64)
-    for row, label in enumerate(labels):
-        if label is None:
-            problem[row] = f'no label (column "{task.label_column}" is empty)'
-        elif label not in index:
-            problem[row] = f'label "{label}" is not in dataset.classes'
-        else:
-            y[row] = index[label]
+    y = _targets(labels, task, problem)
     columns, unconverted = [], set()
     for feature in task.features:
         if feature.name not in table.column_names:
@@ -195,6 +188,29 @@ def _encode(
             bad.found(f"{where} record {row + 1}", reason)
             keep[row] = False
     return x[keep], y[keep], unconverted
+
+
+def _targets(labels: list[str | None], task: Task, problem: list[str | None]) -> np.ndarray:
+    """Labels as class indices, or under task=regression as numbers; noting problems."""
+    if task.regression:
+        y = np.zeros(len(labels), dtype=np.float32)
+        for row, label in enumerate(labels):
+            number = None if label is None else _number(label)
+            if number is None or not math.isfinite(number):
+                problem[row] = f'label "{label}" is not a finite number (task=regression)'
+            else:
+                y[row] = number
+        return y
+    index = {c: i for i, c in enumerate(task.classes)}
+    y = np.full(len(labels), -1, dtype=np.int64)
+    for row, label in enumerate(labels):
+        if label is None:
+            problem[row] = f'no label (column "{task.label_column}" is empty)'
+        elif label not in index:
+            problem[row] = f'label "{label}" is not in dataset.classes'
+        else:
+            y[row] = index[label]
+    return y
 
 
 def _column(

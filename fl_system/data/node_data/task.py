@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from fl_system.validation import ConfigError
 
 KINDS = ("images", "table", "hf", "npz")
+TASKS = ("classification", "regression")
 NUMERIC = ("float", "int")
 NORMALIZE = ("fixed", "federated")
 ON_BAD_RECORD = ("stop", "skip")
@@ -47,7 +48,8 @@ class Task:
         How nodes hold their data by default: images, table, hf or npz (a node may hold
         another kind: `--data-kind`, or detected from its path).
     classes : tuple of str
-        The label vocabulary; a label's index in it is the model's output index.
+        The label vocabulary; a label's index in it is the model's output index (empty under
+        `regression`).
     label_column : str
         The column (table, hf) holding the label.
     image_size, channels : (H, W) and C
@@ -63,6 +65,8 @@ class Task:
         both from the nodes' counts, sums and sums of squares in a round before training.
     on_bad_record : str
         `stop` at the first unreadable record, or `skip` it and count it.
+    regression : bool
+        `task=regression`: the label column holds a number to predict (tables only).
     """
 
     kind: str
@@ -77,6 +81,7 @@ class Task:
     std: tuple[float, ...] | None = None
     on_bad_record: str = "stop"
     shape: tuple[int, ...] | None = None  # npz: the records' shape as declared
+    regression: bool = False
 
     @property
     def is_images(self) -> bool:
@@ -110,7 +115,13 @@ class Task:
         kind = str(d.kind)
         if kind not in KINDS:
             raise ConfigError(f"dataset.kind must be one of {', '.join(KINDS)}; got {kind!r}")
-        classes = _classes(d.get("classes"))
+        regression = _choice("task", cfg.get("task", "classification"), TASKS) == "regression"
+        if regression and not (kind == "table" or (kind == "hf" and d.get("features"))):
+            raise ConfigError(
+                f"task=regression predicts a number from a table's columns: use dataset=table "
+                f"(or dataset=hf with dataset.features), not dataset={kind}"
+            )
+        classes = () if regression else _classes(d.get("classes"))
         features = _features(d.get("features")) if kind == "table" or d.get("features") else None
         shape = _shape(d.get("input_shape")) if kind == "npz" else None
         images = features is None and shape is None
@@ -129,6 +140,7 @@ class Task:
                 "dataset.on_bad_record", d.get("on_bad_record", "stop"), ON_BAD_RECORD
             ),
             shape=shape,
+            regression=regression,
         )
         task._check_normalisation()
         return task

@@ -1,0 +1,1 @@
+"""Worked examples: scripts a new user runs as they are (see each folder's README)."""
