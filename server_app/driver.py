@@ -55,7 +55,7 @@ class RoundDriver:
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(
             self.paths.metrics,
-            leading=list(self.privacy.published_row(dict.fromkeys(METRIC_COLUMNS))),
+            leading=list(self.privacy.published_row(dict.fromkeys(_leading_columns(cfg)))),
         )
         self.tracking: TrackedRun | None = None
 
@@ -292,6 +292,12 @@ class RoundDriver:
         run_log.say(run_log.summary_line(summary))
         run_log.say(run_log.done_line(summary, self.paths.root))
         return summary
+
+
+def _leading_columns(cfg: DictConfig) -> list[str]:
+    """metrics.csv's first columns: the central evaluation's only where there is one."""
+    federated = OmegaConf.select(cfg, "evaluation.mode", default="central") == "federated"
+    return [c for c in METRIC_COLUMNS if not (federated and c.startswith("test_"))]
 
 
 def _plain(cfg: DictConfig) -> dict:
