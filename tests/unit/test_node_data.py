@@ -314,3 +314,45 @@ def test_a_regression_table_reads_its_label_as_a_number(tmp_path):
     pq.write_table(pa.table(rows), tmp_path / "bad.parquet")
     with pytest.raises(DataError, match=r'record 2: label "many" is not a finite number'):
         read_node_data(tmp_path / "bad.parquet", task)
+
+
+def test_fl_client_gives_its_node_the_data_path_kind_and_name(tmp_path):
+    from fl_system.deploy.client import DeployError, node_config, parse_args
+
+    pa_csv.write_csv(_rows(), tmp_path / "a.csv")
+    base = ["--server", "h:9092", "--partition-id", "1", "--num-partitions", "3", "--insecure"]
+    args = parse_args(
+        [*base, "--data", str(tmp_path / "a.csv"), "--data-kind", "table", "--name", "clinic-b"]
+    )
+    assert node_config(args) == (
+        f'partition-id=1 num-partitions=3 data="{tmp_path / "a.csv"}" data-kind="table" '
+        'name="clinic-b"'
+    )
+    old = parse_args([*base, "--data-dir", str(tmp_path / "a.csv")])  # the old spelling
+    assert f'data="{tmp_path / "a.csv"}"' in node_config(old)
+    with pytest.raises(DeployError, match=r"--data: nothing at .*missing"):
+        node_config(parse_args([*base, "--data", str(tmp_path / "missing")]))
+
+
+def test_central_evaluation_of_node_held_data_reads_the_servers_own_test_data(tmp_path):
+    from fl_system.compose import compose_experiment
+    from fl_system.experiment import central_test_set
+    from fl_system.validation import ConfigError
+
+    pa_csv.write_csv(_rows(), tmp_path / "held.csv")
+    task = [
+        "dataset=table",
+        "dataset.classes=[no,yes]",
+        "dataset.features={age:float,sex:[f,m]}",
+        "dataset.mean=[40]",
+        "dataset.std=[10]",
+        "model=mlp",
+    ]
+    x, y = central_test_set(
+        compose_experiment([*task, f"evaluation.central.data={tmp_path / 'held.csv'}"])
+    )
+    np.testing.assert_allclose(x[:, 0], [-1.0, 0.15, 1.8], rtol=1e-6)
+    assert y.tolist() == [1, 0, 1]
+    with pytest.raises(ConfigError, match=r"evaluation=central needs test data on the server"):
+        central_test_set(compose_experiment(task))
+    assert central_test_set(compose_experiment([*task, "evaluation=federated"])) is None
