@@ -356,3 +356,24 @@ def test_central_evaluation_of_node_held_data_reads_the_servers_own_test_data(tm
     with pytest.raises(ConfigError, match=r"evaluation=central needs test data on the server"):
         central_test_set(compose_experiment(task))
     assert central_test_set(compose_experiment([*task, "evaluation=federated"])) is None
+
+
+def test_many_images_are_decoded_by_worker_processes_alike(tmp_path, monkeypatch):
+    """Past PARALLEL_FROM files a DataLoader's workers decode: same arrays, same order, the
+    same bad-record handling as in this process."""
+    from fl_system.data.node_data import images
+
+    root = _folder(tmp_path / "site")
+    for i in range(5):
+        _image(root / "dog" / f"n{i}.png", 20 * i)
+    _truncate(root / "cat" / "z.png")
+    skipping = Task(**{**IMAGES.__dict__, "on_bad_record": "skip"})
+    here = read_node_data(root, skipping)
+    monkeypatch.setattr(images, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(images, "DECODE_BATCH", 2)
+    assert images._workers(8) == min(images.MAX_WORKERS, os.cpu_count() or 1) >= 1
+    there = read_node_data(root, skipping)
+    np.testing.assert_array_equal(here.train.x, there.train.x)
+    assert here.train.y.tolist() == there.train.y.tolist() and there.report.skipped == 1
+    with pytest.raises(DataError, match=r"cat/z\.png: cannot decode the image"):
+        read_node_data(root, IMAGES)
