@@ -1,8 +1,10 @@
 """Peak resident memory of each node of a runtime=local federation, sampled from /proc.
 
 A node's processes are its `fl-supernode` and the ClientApp children the launcher forks for
-it (titled `fl_system clientapp task ... (for pid <its supernode>)`). RSS counts the pages a
-forked child shares with its launcher in full, so the sums are upper bounds.
+it (titled `fl_system clientapp task ... (for pid <its supernode>)`); the worker processes a
+ClientApp forks to decode image files at its first read carry its title and are counted
+apart. RSS counts the pages a forked child shares with its parent in full, so the sums are
+upper bounds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ def _rss(pid: int) -> int:
     return 0
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -42,6 +51,7 @@ class NodePeaks:
     supernode: dict[int, int] = field(default_factory=dict)
     clientapp: dict[int, int] = field(default_factory=dict)
     together: dict[int, int] = field(default_factory=dict)
+    decoders: dict[int, int] = field(default_factory=dict)  # first read's decode workers
     launcher: int = 0
 
 
@@ -64,13 +74,17 @@ class NodeMemory:
     def _sample(self) -> None:
         nodes: dict[int, int] = {}
         apps: dict[int, int] = {}
-        for pid in tree(self.root):
-            cmd = _cmdline(pid)
+        decoders: dict[int, int] = {}
+        pids = tree(self.root)
+        titles = {pid: _cmdline(pid) for pid in pids}
+        for pid, cmd in titles.items():
             if "fl-supernode" in cmd:
                 nodes[pid] = _rss(pid)
             elif (found := _FOR.search(cmd)) is not None:
                 owner = int(found.group(1))
-                apps[owner] = apps.get(owner, 0) + _rss(pid)
+                worker = _FOR.search(titles.get(_parent(pid), "")) is not None
+                counts = decoders if worker else apps
+                counts[owner] = counts.get(owner, 0) + _rss(pid)
             elif "fl_system.supernode.launcher" in cmd:
                 self.peaks.launcher = max(self.peaks.launcher, _rss(pid))
         p = self.peaks
@@ -78,6 +92,7 @@ class NodeMemory:
             p.supernode[node] = max(p.supernode.get(node, 0), rss)
             p.clientapp[node] = max(p.clientapp.get(node, 0), apps.get(node, 0))
             p.together[node] = max(p.together.get(node, 0), rss + apps.get(node, 0))
+            p.decoders[node] = max(p.decoders.get(node, 0), decoders.get(node, 0))
 
     def stop(self) -> NodePeaks:
         self._stop.set()

@@ -140,6 +140,7 @@ def _memory(peaks: NodePeaks) -> dict:
                 "supernode": peaks.supernode[n],
                 "clientapp": peaks.clientapp[n],
                 "together": peaks.together[n],
+                "decoders": peaks.decoders.get(n, 0),
             }
             for n in sorted(peaks.supernode)
         ],
@@ -170,8 +171,8 @@ def report(runs: dict, decode: dict, out: Path, started: dt.datetime, args) -> N
         "## One node, 60,000 PNG images",
         "",
         f"Decoding the node's {decode['images']:,} training PNGs (plus its 10,000 test PNGs) "
-        f"once, cold, in one process: {decode['seconds']:.1f} s; later ClientApp processes "
-        "read the decoded arrays from the node's cache.",
+        f"once, files cold, by a DataLoader's worker processes: {decode['seconds']:.1f} s; "
+        "later ClientApp processes read the decoded arrays from the node's cache.",
         "",
         "| | images | npz | images / npz |",
         "|---|---|---|---|",
@@ -213,9 +214,9 @@ def report(runs: dict, decode: dict, out: Path, started: dt.datetime, args) -> N
     for arm, run in (("images", one_img), ("npz", one_npz)):
         node = run["memory"]["nodes"][0]
         lines.append(
-            f"| peak RSS, {arm}: SuperNode / ClientApp / both at once (GiB) | "
-            f"{node['supernode'] / gib:.2f} / {node['clientapp'] / gib:.2f} / "
-            f"{node['together'] / gib:.2f} | | |"
+            f"| peak RSS, {arm}: SuperNode / ClientApp / both at once / first read's decode "
+            f"workers (GiB) | {node['supernode'] / gib:.2f} / {node['clientapp'] / gib:.2f} / "
+            f"{node['together'] / gib:.2f} / {node['decoders'] / gib:.2f} | | |"
         )
     lines += [
         "",
