@@ -36,21 +36,19 @@ from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model, receive_model
 from client_app.local_data import (
     NodeIdentity,
-    held_data,
+    data_report,
     local_test_data,
     local_training_data,
-    raw_training_data,
+    training_moments,
 )
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, batches, train_locally
-from fl_system import privacy, protocol, wire
+from fl_system import privacy, protocol, score, wire
 from fl_system.compression import Compression
 from fl_system.config_nodes import build, config_from_json
-from fl_system.data.files import DataError
-from fl_system.data.node_data import NodeReport, Task, node_held
-from fl_system.data.node_data.statistics import node_moments
+from fl_system.data.node_data import node_held
 from fl_system.devices import apply_thread_limit, resolve_device
-from fl_system.evaluation import count, counts_record, regression_count
+from fl_system.evaluation import Counts, counts_for, counts_record
 from fl_system.experiment import build_client_addons, build_compression, build_model
 from fl_system.freeloaders import freeload
 from fl_system.malicious import tamper
@@ -123,7 +121,7 @@ def handshake(msg: Message, context: Context) -> Message:
     metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id})
     content = RecordDict({protocol.METRICS: metrics})
     if node_held(cfg):  # what it holds, no rows: the server checks it against the task
-        report = _report(cfg, node)
+        report = data_report(cfg, node)
         content[protocol.NODE_DATA] = ConfigRecord(
             {protocol.NODE_REPORT: report.to_json(), protocol.NODE_NAME: node.label}
         )
@@ -141,19 +139,9 @@ def statistics(msg: Message, context: Context) -> Message:
     """dataset.normalize=federated: the moments of the records this node trains on (count,
     sum and centred sum of squares per channel or numeric feature; no record)."""
     cfg = config_from_json(_run_config(context))
-    node = NodeIdentity.from_context(context)
-    x, _ = raw_training_data(cfg, node)
-    moments = node_moments(x, Task.from_config(cfg))
+    moments = training_moments(cfg, NodeIdentity.from_context(context))
     record = ArrayRecord({k: Array(v) for k, v in moments.items()})
     return Message(RecordDict({protocol.STATS_RECORD: record}), reply_to=msg)
-
-
-def _report(cfg: DictConfig, node: NodeIdentity) -> NodeReport:
-    """This node's data described; a node that cannot read it says why instead."""
-    try:
-        return held_data(cfg, node).report
-    except DataError as err:
-        return NodeReport(path=node.data_dir or "", error=str(err))
 
 
 @dataclass(frozen=True)
@@ -166,9 +154,14 @@ class _Incoming:
     received: RecordDict
     config: ConfigRecord
     server_round: int
-    data: tuple[np.ndarray, np.ndarray]
     model: nn.Module
     state: ClientState
+
+    @functools.cached_property
+    def data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The node's training data, read when first used: an evaluate message needs none
+        (a node holding its own data would normalise all of it for nothing)."""
+        return local_training_data(self.cfg, self.node)
 
 
 def _open(msg: Message, context: Context) -> _Incoming:
@@ -194,7 +187,6 @@ def _open(msg: Message, context: Context) -> _Incoming:
         received,
         config,
         server_round,
-        local_training_data(cfg, node),
         model,
         state,
     )
@@ -290,14 +282,14 @@ def _train_locally(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
         got.model,
         *got.data,
         rule,
-        _settings(cfg, got.config),
+        TrainSettings.for_message(cfg.train, got.config),
         seed=derive_seed(cfg.seed, got.server_round, node.partition_id),
         device=resolve_device(node.device),
         received=got.received,
         state=got.state,
         evaluate_on=test,
         augment=build(cfg.dataset.augment) if cfg.dataset.get("augment") else None,
-        regression=cfg.get("task") == "regression",
+        regression=score.regression(cfg),
     )
     metrics = MetricRecord(
         {
@@ -332,7 +324,7 @@ def _freeload(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
     )
     got.state.save(_FREELOADER_STATE, ArrayRecord(got.model.state_dict()))
     got.model.load_state_dict({k: torch.as_tensor(v) for k, v in reply.items()})
-    settings = _settings(cfg, got.config)
+    settings = TrainSettings.for_message(cfg.train, got.config)
     n = len(got.data[1])
     steps = sum(1 for _ in batches(n, settings, torch.Generator()))  # what it claims
     metrics = MetricRecord(
@@ -372,21 +364,11 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
     x, y = local_test_data(got.cfg, got.node)
     content = RecordDict()
     scored = None
-    device = resolve_device(got.node.device)
-    if len(y) and got.cfg.get("task") == "regression":
-        counts = regression_count(got.model, x, y, device=device)
-        content[protocol.EVAL_COUNTS] = counts_record(counts)
-    elif len(y):
-        counts = count(
-            got.model,
-            x,
-            y,
-            device=device,
-            num_classes=int(got.cfg.dataset.num_classes),
-            histograms="auroc" in OmegaConf.select(got.cfg, "evaluation.metrics", default=[]),
-        )
-        scored = float(np.trace(counts.confusion)) / len(y), counts.loss_sum / len(y)
-        if OmegaConf.select(got.cfg, "evaluation.mode", default="central") != "central":
+    if len(y):
+        counts = counts_for(got.cfg, got.model, x, y, device=resolve_device(got.node.device))
+        if isinstance(counts, Counts):  # per-client accuracy: classification only
+            scored = float(np.trace(counts.confusion)) / len(y), counts.loss_sum / len(y)
+        if score.mode(got.cfg) != "central":
             content[protocol.EVAL_COUNTS] = counts_record(counts)
     metrics = MetricRecord(
         {protocol.PARTITION_ID: got.node.partition_id, **_scores(scored, len(y))}
@@ -408,15 +390,3 @@ def _scores(scored: tuple[float, float] | None, examples: int) -> dict[str, floa
         protocol.CLIENT_LOSS: float(loss),
         protocol.CLIENT_TEST_EXAMPLES: examples if scored is not None else 0,
     }
-
-
-def _settings(cfg: DictConfig, config: ConfigRecord) -> TrainSettings:
-    """The run's train.* settings, with the ones this message overrides for this client."""
-    settings = OmegaConf.to_container(cfg.train)
-    for key, value in config.items():
-        if key.startswith(protocol.TRAIN_OVERRIDE):
-            name = key[len(protocol.TRAIN_OVERRIDE) :]
-            if name not in settings:
-                raise ValueError(f"the server overrides unknown setting train.{name}")
-            settings[name] = value
-    return TrainSettings(**settings)

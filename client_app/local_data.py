@@ -10,11 +10,21 @@ import numpy as np
 from flwr.app import Context
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system import score
 from fl_system.cache_root import default_cache_root
 from fl_system.data.corruption import corrupt
 from fl_system.data.files import DataError
 from fl_system.data.local_split import stratified_split
-from fl_system.data.node_data import NodeData, Part, Task, node_held, normalised, read_node_data
+from fl_system.data.node_data import (
+    NodeData,
+    NodeReport,
+    Part,
+    Task,
+    node_held,
+    normalised,
+    read_node_data,
+)
+from fl_system.data.node_data.statistics import node_moments
 from fl_system.data.node_dir import load_node_dir
 from fl_system.data.partition_cache import cached_partition
 from fl_system.seeding import derive_seed
@@ -133,8 +143,8 @@ def local_test_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np
 def holds_out(cfg: DictConfig) -> bool:
     """Whether clients keep a share of their data back for evaluation (unless they hold a
     test part): per-client evaluation, or federated evaluation."""
-    mode = OmegaConf.select(cfg, "evaluation.mode", default="central")
-    return bool(OmegaConf.select(cfg, "client_eval.enabled", default=False)) or mode != "central"
+    per_client = bool(OmegaConf.select(cfg, "client_eval.enabled", default=False))
+    return per_client or score.mode(cfg) != "central"
 
 
 def held_data(cfg: DictConfig, node: NodeIdentity) -> NodeData:
@@ -154,6 +164,21 @@ def held_data(cfg: DictConfig, node: NodeIdentity) -> NodeData:
 def _read(path: str, task: Task, kind: str | None, cache_root: Path) -> NodeData:
     """One read per process (a simulation worker serves many messages)."""
     return read_node_data(path, task, kind=kind, cache_root=cache_root)
+
+
+def data_report(cfg: DictConfig, node: NodeIdentity) -> NodeReport:
+    """This node's data described for the handshake; a node that cannot read it says why."""
+    try:
+        return held_data(cfg, node).report
+    except DataError as err:
+        return NodeReport(path=node.data_dir or "", error=str(err))
+
+
+def training_moments(cfg: DictConfig, node: NodeIdentity) -> dict[str, np.ndarray]:
+    """dataset.normalize=federated: count, sum and centred sum of squares of the records this
+    node trains on, per channel or numeric feature (`node_moments`)."""
+    x, _ = raw_training_data(cfg, node)
+    return node_moments(x, Task.from_config(cfg))
 
 
 def _local_split(cfg: DictConfig, node: NodeIdentity, y: np.ndarray):

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.state import ClientState
+from fl_system import protocol
 from fl_system.evaluation import evaluate
 
 
@@ -27,6 +29,19 @@ class TrainSettings:
     momentum: float = 0.0
     weight_decay: float = 0.0
     drop_last: bool = False
+
+    @classmethod
+    def for_message(cls, train: DictConfig, config: ConfigRecord) -> TrainSettings:
+        """The run's train.* settings, with the ones this message overrides for this client."""
+        settings = OmegaConf.to_container(train)
+        assert isinstance(settings, dict)
+        for key, value in config.items():
+            if key.startswith(protocol.TRAIN_OVERRIDE):
+                name = key[len(protocol.TRAIN_OVERRIDE) :]
+                if name not in settings:
+                    raise ValueError(f"the server overrides unknown setting train.{name}")
+                settings[name] = value
+        return cls(**settings)
 
 
 @dataclass(frozen=True)

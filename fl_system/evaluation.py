@@ -9,12 +9,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord
+from omegaconf import DictConfig
 from torch import nn
 
+from fl_system import score
 from fl_system.pooled_metrics import (
     BINS,
     confusion,
     pooled_metrics,
+    pooled_moments,
     regression_metrics,
     score_histograms,
 )
@@ -42,14 +45,11 @@ class Counts:
         return pooled_metrics(self.confusion, self.loss_sum, self.histograms)
 
 
-REGRESSION_METRICS = ("loss", "mse", "mae", "r2")  # what task=regression's evaluation reports
-
-
 @dataclass
 class RegressionCounts:
     """task=regression's summable counts: records, squared and absolute error sums, the
-    targets' sum and their squared deviation from their own mean (combined as Chan et al.'s
-    pairwise rule does, which stays exact where sums of raw squares would not)."""
+    targets' sum and their squared deviation from their own mean (pooled by
+    `pooled_moments`, which stays exact where sums of raw squares would not)."""
 
     n: float
     sse: float
@@ -58,11 +58,15 @@ class RegressionCounts:
     m2_y: float
 
     def __add__(self, other: RegressionCounts) -> RegressionCounts:
-        n = self.n + other.n
-        delta = other.sum_y / other.n - self.sum_y / self.n
-        m2 = self.m2_y + other.m2_y + delta**2 * self.n * other.n / n
+        _, m2 = pooled_moments(
+            [self.n, other.n], [self.sum_y, other.sum_y], [self.m2_y, other.m2_y]
+        )
         return RegressionCounts(
-            n, self.sse + other.sse, self.sae + other.sae, self.sum_y + other.sum_y, m2
+            self.n + other.n,
+            self.sse + other.sse,
+            self.sae + other.sae,
+            self.sum_y + other.sum_y,
+            float(m2),
         )
 
     def metrics(self) -> dict[str, float]:
@@ -121,6 +125,23 @@ def count(
             hist += score_histograms(logits.double().cpu().numpy(), labels)
     model.to("cpu")
     return Counts(matrix, loss, hist)
+
+
+def counts_for(
+    cfg: DictConfig, model: nn.Module, x: np.ndarray, y: np.ndarray, *, device: torch.device
+) -> Counts | RegressionCounts:
+    """`model` scored on (x, y) as the run's evaluation needs: regression counts under
+    task=regression, else the confusion matrix and loss (and AUROC's histograms if asked)."""
+    if score.regression(cfg):
+        return regression_count(model, x, y, device=device)
+    return count(
+        model,
+        x,
+        y,
+        device=device,
+        num_classes=int(cfg.dataset.num_classes),
+        histograms="auroc" in score.reported(cfg),
+    )
 
 
 def evaluate(

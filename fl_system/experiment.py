@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, MetricRecord
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from fl_system import score
 from fl_system.addons import mounted
 from fl_system.cache_root import default_cache_root
 from fl_system.codecs import Dense
@@ -126,7 +127,7 @@ def central_test_set(cfg: DictConfig) -> tuple[np.ndarray, np.ndarray] | None:
 
     A public dataset's test split; for data the nodes hold, `evaluation.central.data` on the
     server machine (its test part, else all of it), read for the task as a node reads."""
-    mode = OmegaConf.select(cfg, "evaluation.mode", default="central")
+    mode = score.mode(cfg)
     if mode == "federated":
         return None
     if not node_held(cfg):

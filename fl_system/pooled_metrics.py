@@ -60,6 +60,25 @@ def auroc_from_histogram(negatives: np.ndarray, positives: np.ndarray) -> tuple[
     return auc, float((pos * neg).sum() / (2 * pairs))
 
 
+REGRESSION_METRICS = ("loss", "mse", "mae", "r2")  # what task=regression's evaluation reports
+
+
+def pooled_moments(
+    counts: np.ndarray, sums: np.ndarray, m2s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The union's mean and centred sum of squares from each group's count, sum and centred
+    sum of squares (axis 0: groups): M2 = sum M2_i + sum n_i (m_i - m)^2 (Chan et al.), exact
+    where sums of raw squares lose precision to large values."""
+    counts = np.asarray(counts, np.float64)
+    sums = np.asarray(sums, np.float64)
+    total = counts.sum(axis=0)
+    mean = sums.sum(axis=0) / total
+    spread = np.asarray(m2s, np.float64).sum(axis=0) + (
+        counts * (sums / np.maximum(counts, 1) - mean) ** 2
+    ).sum(axis=0)
+    return mean, spread
+
+
 def regression_metrics(n: float, sse: float, sae: float, m2_y: float) -> dict[str, float]:
     """task=regression: mean squared and absolute error, and R^2 = 1 - SSE / SST, where SST
     is the targets' squared deviation from their mean over all nodes (`m2_y`)."""

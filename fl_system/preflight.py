@@ -6,6 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system import score
 from fl_system.checkpoint import load_checkpoint
 from fl_system.compose import default_config
 from fl_system.config_nodes import build
@@ -54,7 +55,7 @@ def check_parts(cfg: DictConfig) -> None:
 
 def _check_regression(cfg: DictConfig, strategy: object) -> None:
     """task=regression: data the nodes hold, and rules that need no class labels."""
-    if cfg.get("task", "classification") != "regression":
+    if not score.regression(cfg):
         return
     if not node_held(cfg):
         raise ConfigError(

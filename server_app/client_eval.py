@@ -27,13 +27,8 @@ from collections.abc import Mapping, Sequence
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import protocol
-from fl_system.evaluation import (
-    REGRESSION_METRICS,
-    RegressionCounts,
-    client_accuracy_summary,
-    counts_from_record,
-)
+from fl_system import protocol, score
+from fl_system.evaluation import client_accuracy_summary, counts_from_record
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +47,19 @@ class ClientEvaluation:
         self.eval_every = eval_every
         self.num_rounds = num_rounds
         self.per_client = per_client  # client_eval: per-client accuracies
-        self.pooled = tuple(pooled)  # evaluation=federated|both: these metrics, summed
+        self.pooled = tuple(pooled)  # evaluation=federated|both: these metrics, of summed counts
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> ClientEvaluation | None:
         per_client = bool(OmegaConf.select(cfg, "client_eval.enabled", default=False))
-        federated = OmegaConf.select(cfg, "evaluation.mode", default="central") != "central"
+        federated = score.mode(cfg) != "central"
         if not per_client and not federated:
             return None
         return cls(
             eval_every=int(cfg.eval_every),
             num_rounds=int(cfg.num_rounds),
             per_client=per_client,
-            pooled=list(cfg.evaluation.metrics) if federated else (),
+            pooled=score.reported(cfg) if federated else (),
         )
 
     def due(self, server_round: int) -> bool:
@@ -126,10 +121,7 @@ class ClientEvaluation:
         if not counts:
             return {}
         metrics = sum(counts[1:], counts[0]).metrics()
-        wanted = [*self.pooled, *(["auroc_error"] if "auroc" in self.pooled else [])]
-        if isinstance(counts[0], RegressionCounts):  # task=regression
-            wanted = list(REGRESSION_METRICS)
-        columns = {f"fed_{k}": metrics[k] for k in wanted if k in metrics}
+        columns = {f"fed_{k}": metrics[k] for k in self.pooled if k in metrics}
         return {**columns, "fed_examples": metrics["examples"], "fed_clients": len(counts)}
 
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from fl_system import run_log, score
 from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.devices import resolve_device
-from fl_system.evaluation import REGRESSION_METRICS, count, regression_count
+from fl_system.evaluation import counts_for
 from fl_system.experiment import build_model, build_strategy, central_test_set
 from fl_system.results import METRIC_COLUMNS, MetricsLog, plot_curve, summarize, write_summary
 from fl_system.run_dir import RunPaths
@@ -201,24 +201,9 @@ class RoundDriver:
         return row
 
     def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:
-        """The test_* columns: `evaluation.metrics` of the model on the server's test data."""
-        if self.cfg.get("task") == "regression":
-            scored = regression_count(model, x, y, device=self.device).metrics()
-            return {f"test_{k}": scored[k] for k in REGRESSION_METRICS}
-        wanted = list(
-            OmegaConf.select(self.cfg, "evaluation.metrics", default=["accuracy", "loss"])
-        )
-        counts = count(
-            model,
-            x,
-            y,
-            device=self.device,
-            num_classes=int(self.cfg.dataset.num_classes),
-            histograms="auroc" in wanted,
-        )
-        metrics = counts.metrics()
-        wanted = ["accuracy", "loss", *wanted, *(["auroc_error"] if "auroc" in wanted else [])]
-        return {f"test_{k}": metrics[k] for k in dict.fromkeys(wanted) if k in metrics}
+        """The test_* columns: the reported metrics of the model on the server's test data."""
+        metrics = counts_for(self.cfg, model, x, y, device=self.device).metrics()
+        return {f"test_{k}": metrics[k] for k in score.reported(self.cfg) if k in metrics}
 
     def _evaluate_on_clients(self, rnd: int, arrays: ArrayRecord) -> dict:
         """client_eval: the global model scored on every connected client's test split."""
@@ -296,7 +281,7 @@ class RoundDriver:
 
 def _leading_columns(cfg: DictConfig) -> list[str]:
     """metrics.csv's first columns: the central evaluation's only where there is one."""
-    federated = OmegaConf.select(cfg, "evaluation.mode", default="central") == "federated"
+    federated = score.mode(cfg) == "federated"
     return [c for c in METRIC_COLUMNS if not (federated and c.startswith("test_"))]
 
 

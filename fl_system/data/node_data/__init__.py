@@ -88,10 +88,12 @@ def read_node_data(
 ) -> NodeData:
     """The node's data for `task`, from the cache when its files have not changed."""
     path = Path(path).expanduser()
-    kind = kind or detect_kind(path, task.kind)
-    if kind not in _READERS:
+    if kind is None:
+        kind = detect_kind(path, task.kind)  # it checks that the path is there
+    elif kind not in _READERS:
         raise DataError(f"data kind {kind!r} is not one of {', '.join(KINDS)}")
-    _check_exists(path)
+    else:
+        _check_exists(path)
     cache = _cache_file(path, kind, task, cache_root) if cache_root is not None else None
     if cache is not None and cache.is_file():
         loaded = _load_cached(cache)

@@ -3,9 +3,9 @@ training records, from what each node sends: per channel (images, scaled to [0, 
 numeric feature (tables), its count, its sum, and its sum of squared deviations from its own
 mean. No record leaves a node.
 
-The server combines them with Chan et al.'s pairwise rule (M2 = sum M2_i + sum n_i (m_i - m)^2),
-which, unlike sums of raw squares, keeps its precision when values are large beside their
-spread. The standard deviation is the population one (numpy's default, ddof=0).
+The server combines them with Chan et al.'s pairwise rule (`pooled_moments`), which, unlike
+sums of raw squares, keeps its precision when values are large beside their spread. The
+standard deviation is the population one (numpy's default, ddof=0).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fl_system.data.node_data.task import Task
+from fl_system.pooled_metrics import pooled_moments
 
 
 def node_moments(x: np.ndarray, task: Task) -> dict[str, np.ndarray]:
@@ -37,10 +38,7 @@ def combine(moments: Sequence[dict[str, np.ndarray]]) -> tuple[list[float], list
     count = np.sum([m["count"] for m in moments], axis=0)
     if np.any(count == 0):
         raise ValueError("no records to derive normalisation statistics from")
-    mean = np.sum([m["sum"] for m in moments], axis=0) / count
-    spread = sum(
-        m["m2"] + m["count"] * (m["sum"] / np.maximum(m["count"], 1) - mean) ** 2 for m in moments
-    )
+    mean, spread = pooled_moments(*([m[k] for m in moments] for k in ("count", "sum", "m2")))
     std = np.sqrt(spread / count)
     std = np.where(std > 0, std, 1.0)
     return [float(v) for v in mean], [float(v) for v in std]
