@@ -11,6 +11,7 @@ from fl_system.checkpoint import load_checkpoint
 from fl_system.compose import default_config
 from fl_system.config_nodes import build
 from fl_system.data.node_data import Task, node_held
+from fl_system.data.node_data.schema import complete_task
 from fl_system.experiment import (
     build_client_addons,
     build_compression,
@@ -39,6 +40,7 @@ def check_parts(cfg: DictConfig) -> None:
     """Build every part once (strategy, local rule, add-ons, codecs, model): a component that
     rejects its arguments fails here, before any data is read."""
     if node_held(cfg):  # the task first: the model's sizes come from it
+        complete_task(cfg, say=lambda line: print(f"fl-run: {line}", flush=True))
         Task.from_config(cfg)
     _check_node_data(cfg)
     strategy = build_strategy(cfg)

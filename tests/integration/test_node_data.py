@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
+from omegaconf import OmegaConf
 from sklearn.datasets import load_breast_cancer
 
 from fl_system.compose import CONF_DIR
@@ -223,9 +224,8 @@ def test_every_algorithm_runs_two_rounds_on_node_held_data(
         paths = [sites / "a.csv", sites / "b.parquet", sites / "c"]
     else:
         _image_sites(sites)
-        task = [
+        task = [  # dataset.classes unset: fl-run reads the class folders (0..9, by value)
             "dataset=images",
-            f"dataset.classes=[{','.join(map(str, range(10)))}]",
             "dataset.image_size=[16,16]",  # resized from 8x8: the CNN's smallest input
             "evaluation=federated",
             "model=cnn",
@@ -256,6 +256,9 @@ def test_every_algorithm_runs_two_rounds_on_node_held_data(
         rows = MetricsLog(member / "metrics.csv").rows()
         assert [int(r["round"]) for r in rows] == [1, 2], member.name
         assert int(rows[-1]["fed_clients"]) == 3 and float(rows[-1]["fed_accuracy"]) > 0
+        if held == "images":
+            ran = OmegaConf.load(member / "config.yaml")
+            assert list(ran.dataset.classes) == [str(c) for c in range(10)], member.name
 
 
 def test_a_table_predicts_a_number_under_task_regression(

@@ -33,10 +33,16 @@ def is_saved_dataset(path: Path) -> bool:
 
 def read_hf(path: Path, task: Task) -> Read:
     """The dataset's train (and test) split, read for the task."""
-    splits, names = _splits(path) if is_saved_dataset(path) else _shards(path)
+    splits, names = hf_tables(path)
     if task.is_images:
         return _images(splits, task, names)
     return encode_parts({p: [(f"{path} [{p}]", t)] for p, t in splits.items()}, task, names)
+
+
+def hf_tables(path: Path) -> tuple[dict[str, pa.Table], tuple[str, ...] | None]:
+    """The dataset's splits (train, and test when it has one) as Arrow tables, and its
+    ClassLabel's class names (None: labels are values)."""
+    return _splits(path) if is_saved_dataset(path) else _shards(path)
 
 
 def _splits(path: Path) -> tuple[dict[str, pa.Table], tuple[str, ...] | None]:

@@ -65,6 +65,11 @@ def read_image_folder(path: Path, task: Task) -> Read:
     )
 
 
+def class_names(path: Path) -> set[str]:
+    """The names of the node's class folders, in every part (no image is opened)."""
+    return {name for root in _parts(path).values() for name in _class_folders(root)}
+
+
 Decoded = tuple[np.ndarray | None, str | None, str | None]  # pixels, mode, problem
 
 

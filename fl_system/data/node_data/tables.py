@@ -30,8 +30,12 @@ def is_table(path: Path) -> bool:
 
 def read_table_files(path: Path, task: Task) -> Read:
     """The node's table files, read, checked against each other and encoded for the task."""
-    tables = {part: [(f, read_file(f)) for f in files] for part, files in _parts(path).items()}
-    return encode_parts(tables, task)
+    return encode_parts(table_parts(path), task)
+
+
+def table_parts(path: Path) -> dict[str, list[tuple[Path | str, pa.Table]]]:
+    """The node's tables per part (train, test), each with the file it was read from."""
+    return {part: [(f, read_file(f)) for f in files] for part, files in _parts(path).items()}
 
 
 def read_file(file: Path) -> pa.Table:
@@ -67,7 +71,7 @@ def encode_parts(
                 _same_columns(where, table.schema, *first)
             if table.num_rows == 0:
                 raise DataError(f"{where}: the table has no rows")
-            labels = _labels(where, table, task, label_names)
+            labels = label_values(where, table, task.label_column, label_names)
             if not task.regression:
                 found |= {v for v in labels if v is not None}
             x, y, none_numeric = _encode(where, table, labels, task, bad)
@@ -141,23 +145,24 @@ def _same_columns(
     raise DataError(f"{where}: another schema than {ref_where} ({'; '.join(diff)})")
 
 
-def _labels(
-    where: Path | str, table: pa.Table, task: Task, names: tuple[str, ...] | None
+def label_values(
+    where: Path | str, table: pa.Table, column: str, names: tuple[str, ...] | None
 ) -> list[str | None]:
-    if task.label_column not in table.column_names:
+    """The label column's values as text (a ClassLabel's integers as its `names`)."""
+    if column not in table.column_names:
         raise DataError(
-            f'{where}: no label column "{task.label_column}" (dataset.label_column); '
+            f'{where}: no label column "{column}" (dataset.label_column); '
             f"columns: {', '.join(table.column_names)}"
         )
-    values = table.column(task.label_column).to_pylist()
+    values = table.column(column).to_pylist()
     if names is not None:
         return [
-            names[v] if isinstance(v, int) and 0 <= v < len(names) else _text(v) for v in values
+            names[v] if isinstance(v, int) and 0 <= v < len(names) else as_text(v) for v in values
         ]
-    return [_text(v) for v in values]
+    return [as_text(v) for v in values]
 
 
-def _text(value: object) -> str | None:
+def as_text(value: object) -> str | None:
     """A label or category value as text: 1, 1.0 and "1" alike."""
     if value is None:
         return None
@@ -254,7 +259,7 @@ def _column(
         if value is None:
             reason = f'no value in column "{feature.name}"'
         elif feature.type == "category":
-            text = _text(value)
+            text = as_text(value)
             if text in feature.categories:
                 out[row, feature.categories.index(text)] = 1.0
             else:

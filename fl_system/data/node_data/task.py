@@ -167,7 +167,8 @@ def _classes(value: Any) -> tuple[str, ...]:
     if value is None or isinstance(value, str | int | float):
         raise ConfigError(
             "dataset.classes is not set: name the label vocabulary in the model's output "
-            "order, e.g. dataset.classes=[benign,malignant]"
+            "order, e.g. dataset.classes=[benign,malignant] (on one machine, "
+            "runtime.node_data lets fl-run read it from the nodes' files)"
         )
     classes = tuple(str(c) for c in value)
     if len(classes) < 2:
@@ -182,7 +183,8 @@ def _features(value: Any) -> tuple[Feature, ...]:
         raise ConfigError(
             "dataset.features is not set: name the feature columns and their types, e.g. "
             "dataset.features={age:float,visits:int,sex:[f,m]} (a list is a categorical "
-            "column's vocabulary)"
+            "column's vocabulary; on one machine, runtime.node_data lets fl-run read them "
+            "from the nodes' files)"
         )
     out = []
     for name, kind in sorted(value.items()):
