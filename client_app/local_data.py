@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,18 +19,19 @@ from fl_system.data.local_split import stratified_split
 from fl_system.data.node_data import (
     NodeData,
     NodeReport,
-    Part,
     Task,
     node_held,
     normalised,
     read_node_data,
 )
 from fl_system.data.node_data.statistics import node_moments
+from fl_system.data.node_data.streamed import Streamed, streams
 from fl_system.data.node_dir import load_node_dir
 from fl_system.data.partition_cache import cached_partition
 from fl_system.seeding import derive_seed
 from fl_system.state_root import default_state_root
 
+Records = np.ndarray | Streamed  # a node's records: in memory, or streamed from its cache
 _SPLIT_SEED = 0x5B1  # separates the local train/test split from other per-partition draws
 
 
@@ -76,14 +78,15 @@ class NodeIdentity:
 
 def local_training_data(
     cfg: DictConfig, node: NodeIdentity, *, normalise: bool = True
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[Records, np.ndarray]:
     """The node's own data if it holds some, else its (cached) partition of the dataset,
     less its local test split when it holds one out; corrupted when the run names this
     partition in `clients.corrupt.ids`. `normalise=False`: a node's own records as read
-    (what the handshake's hooks count, before federated normalisation is known)."""
+    (what the handshake's hooks count, before federated normalisation is known). A node's
+    own records too large to hold normalised come as a `Streamed` view of its mapped cache."""
     if node_held(cfg):
-        x, y = raw_training_data(cfg, node)
-        x = normalised(x, _normalising(cfg)) if normalise else x
+        base, rows, y = _training_rows(cfg, node)
+        x = _view(base, rows, _normaliser(cfg) if normalise else np.asarray)
     else:
         x, y = _own_or_partition(cfg, node)
         if holds_out(cfg):
@@ -91,6 +94,11 @@ def local_training_data(
             x, y = x[train], y[train]
     corrupted = cfg.clients.corrupt
     if node.partition_id in corrupted.ids:
+        if isinstance(x, Streamed) and corrupted.kind != "label_shift":
+            raise DataError(
+                f"clients.corrupt.kind={corrupted.kind} rewrites records in memory; node "
+                f"{node.label} streams its {len(x)} records from its cache"
+            )
         return corrupt(
             x,
             y,
@@ -102,14 +110,35 @@ def local_training_data(
     return x, y
 
 
-def raw_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
+def raw_training_data(cfg: DictConfig, node: NodeIdentity) -> tuple[Records, np.ndarray]:
     """The records a node holding its own data trains on, as read (not normalised)."""
+    base, rows, y = _training_rows(cfg, node)
+    return _view(base, rows, np.asarray), y
+
+
+def _training_rows(
+    cfg: DictConfig, node: NodeIdentity
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """The node's training records as held (mapped from its cache), which of them it trains
+    on (None: all; less its held-out share), and their labels."""
     held = held_data(cfg, node)
     x, y = held.train.x, held.train.y
     if held.test is None and holds_out(cfg):
         train, _ = _local_split(cfg, node, y)
-        x, y = x[train], y[train]
-    return x, y
+        return x, train, y[train]
+    return x, None, y
+
+
+def _view(base: np.ndarray, rows: np.ndarray | None, normalise: Callable) -> Records:
+    """Rows `rows` of `base`, normalised: in memory, or past the node's limit a streamed view."""
+    count = len(base) if rows is None else len(rows)
+    if streams((count, *base.shape[1:])):
+        return Streamed(base, normalise, rows)
+    return normalise(base if rows is None else base[rows])
+
+
+def _normaliser(cfg: DictConfig) -> Callable[[np.ndarray], np.ndarray]:
+    return functools.partial(normalised, task=_normalising(cfg))
 
 
 def _normalising(cfg: DictConfig) -> Task:
@@ -124,17 +153,16 @@ def _normalising(cfg: DictConfig) -> Task:
     return task
 
 
-def local_test_data(cfg: DictConfig, node: NodeIdentity) -> tuple[np.ndarray, np.ndarray]:
+def local_test_data(cfg: DictConfig, node: NodeIdentity) -> tuple[Records, np.ndarray]:
     """The node's held-out share (`client_eval.test_fraction`, stratified by label), never
     trained on and never corrupted: what per-client and federated evaluation score models on.
     A node holding a test part of its own scores on that instead."""
     if node_held(cfg):
         held = held_data(cfg, node)
-        part = held.test
-        if part is None:
-            _, test = _local_split(cfg, node, held.train.y)
-            part = Part(held.train.x[test], held.train.y[test])
-        return normalised(part.x, _normalising(cfg)), part.y
+        if held.test is not None:
+            return _view(held.test.x, None, _normaliser(cfg)), held.test.y
+        _, test = _local_split(cfg, node, held.train.y)
+        return _view(held.train.x, test, _normaliser(cfg)), held.train.y[test]
     x, y = _own_or_partition(cfg, node)
     _, test = _local_split(cfg, node, y)
     return x[test], y[test]

@@ -51,7 +51,7 @@ def gradient_moments(
     s = min(samples, len(x))
     generator = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(x), generator=generator)[:s]
-    xs = torch.as_tensor(x)[idx].to(device)
+    xs = torch.as_tensor(x[idx.numpy()]).to(device)  # a streamed node reads s rows
     ys = torch.as_tensor(y, dtype=torch.long)[idx].to(device)
 
     was_training = model.training

@@ -15,6 +15,7 @@ from torch import nn
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.state import ClientState
 from fl_system import protocol
+from fl_system.data.node_data.streamed import Streamed
 from fl_system.evaluation import evaluate
 
 
@@ -79,7 +80,7 @@ def _squared_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def train_locally(
     model: nn.Module,
-    x: np.ndarray,
+    x: np.ndarray | Streamed,
     y: np.ndarray,
     rule: LocalRule,
     settings: TrainSettings,
@@ -106,7 +107,8 @@ def train_locally(
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model.to(device).train()
-    xs = torch.as_tensor(x).to(device)
+    # in memory, moved to the device once; a large node's streamed records, per batch
+    xs = torch.as_tensor(x).to(device) if isinstance(x, np.ndarray) else None
     ys = torch.as_tensor(y, dtype=torch.float32 if regression else torch.long).to(device)
     ctx = LocalContext(
         model=model,
@@ -127,9 +129,10 @@ def train_locally(
     loss_fn = _squared_error if regression else nn.functional.cross_entropy
     rule.begin(ctx)
     total_loss = 0.0
-    for idx in batches(len(xs), settings, generator):
-        idx = idx.to(device)
-        xb, yb = xs[idx], ys[idx]
+    for idx in batches(len(x), settings, generator):
+        on = idx.to(device)
+        xb = torch.as_tensor(x[idx.numpy()]).to(device) if xs is None else xs[on]
+        yb = ys[on]
         if augment is not None:
             xb = augment(xb, generator)
         optimizer.zero_grad(set_to_none=True)
@@ -152,7 +155,7 @@ def train_locally(
     extras = rule.finish(ctx)
     model.to("cpu")
     return TrainResult(
-        num_examples=len(xs),
+        num_examples=len(x),
         mean_loss=total_loss / max(ctx.steps, 1),
         steps=ctx.steps,
         seconds=time.perf_counter() - start,

@@ -8,7 +8,9 @@ process per node, evaluation=federated on each node's test part.
 
 1. One node holding all 60,000 training images (and the 10,000 test images): seconds per
    round, training samples per second, the peak RSS of the node's processes (its SuperNode
-   and the ClientApp children forked for it), and the one-time cost of decoding the PNGs.
+   and the ClientApp children forked for it), and the one-time cost of decoding the PNGs;
+   and the same folder streamed (`FL_IN_MEMORY_MB=0`: batches read from the node's mapped
+   cache and normalised one at a time, as a node past its memory limit trains).
 2. Three sites (label skew and unequal sizes, `examples/three_sites`): every round's
    federated accuracy, seconds per round and each node's peak RSS.
 
@@ -49,10 +51,13 @@ COMMON = [
     "model=cnn",
     "seed=0",
 ]
-ARMS = {
-    "images": ["dataset=images", "dataset.image_size=[28,28]", "dataset.channels=1"],
-    "npz": ["dataset=npz", "dataset.input_shape=[1,28,28]"],
+IMAGES = ["dataset=images", "dataset.image_size=[28,28]", "dataset.channels=1"]
+ARMS = {  # arm -> (overrides, the nodes' environment)
+    "images": (IMAGES, {}),
+    "streamed": (IMAGES, {"FL_IN_MEMORY_MB": "0"}),
+    "npz": (["dataset=npz", "dataset.input_shape=[1,28,28]"], {}),
 }
+LAYOUT_ARMS = {"one": ("images", "streamed", "npz"), "sites": ("images", "npz")}
 
 
 def write_data(work: Path) -> dict[str, dict[str, list[Path]]]:
@@ -65,7 +70,8 @@ def write_data(work: Path) -> dict[str, dict[str, list[Path]]]:
         root = work / layout
         if not root.is_dir():
             write_image_sites(root, source, 0, sites=sites)
-        paths[layout] = {"images": [root / s for s in sites], "npz": []}
+        images = [root / s for s in sites]
+        paths[layout] = {"images": images, "streamed": images, "npz": []}
         for site in sites:
             twin = work / f"{layout}-npz" / site
             paths[layout]["npz"].append(twin)
@@ -90,10 +96,11 @@ def write_data(work: Path) -> dict[str, dict[str, list[Path]]]:
 def measure(arm: str, nodes: list[Path], rounds: int, run_dir: Path) -> dict:
     """One fl-run with a cold node cache: its rows, round seconds and memory peaks."""
     cache = Path(tempfile.mkdtemp(prefix="own-data-cache-"))
+    overrides, env = ARMS[arm]
     command = [
         "fl-run",
         *COMMON,
-        *ARMS[arm],
+        *overrides,
         f"num_clients={len(nodes)}",
         f"num_rounds={rounds}",
         f"runtime.node_data=[{','.join(map(str, nodes))}]",
@@ -106,7 +113,7 @@ def measure(arm: str, nodes: list[Path], rounds: int, run_dir: Path) -> dict:
         command,
         run_dir.with_suffix(".log"),
         3600,
-        tool_env({"FL_CACHE_DIR": str(cache)}),
+        tool_env({"FL_CACHE_DIR": str(cache), **env}),
         on_start=lambda pid: memory.append(NodeMemory(pid)),
     )
     total = time.monotonic() - started
@@ -155,6 +162,7 @@ def _steady(values: list[float]) -> float:
 
 def report(runs: dict, decode: dict, out: Path, started: dt.datetime, args) -> None:
     one_img, one_npz = runs["one"]["images"], runs["one"]["npz"]
+    one_str = runs["one"]["streamed"]
     sites_img, sites_npz = runs["sites"]["images"], runs["sites"]["npz"]
     gib = 1024 * MIB
 
@@ -174,49 +182,36 @@ def report(runs: dict, decode: dict, out: Path, started: dt.datetime, args) -> N
         f"once, files cold, by a DataLoader's worker processes: {decode['seconds']:.1f} s; "
         "later ClientApp processes read the decoded arrays from the node's cache.",
         "",
-        "| | images | npz | images / npz |",
-        "|---|---|---|---|",
+        "| | images | streamed | npz | images / npz | streamed / npz |",
+        "|---|---|---|---|---|---|",
     ]
-    pairs = [
-        (
-            "seconds a round (median of rounds 2 on)",
-            _steady(one_img["round_seconds"]),
-            _steady(one_npz["round_seconds"]),
-            "{:.2f}",
-        ),
-        (
-            "training samples / s, by round time",
-            rate(one_img, "round_seconds"),
-            rate(one_npz, "round_seconds"),
-            "{:,.0f}",
-        ),
-        (
-            "training samples / s, by training time",
-            rate(one_img, "compute_seconds"),
-            rate(one_npz, "compute_seconds"),
-            "{:,.0f}",
-        ),
-        (
-            "whole run, start to exit (s)",
-            one_img["total_seconds"],
-            one_npz["total_seconds"],
-            "{:.1f}",
-        ),
-        (
-            "final federated accuracy",
-            one_img["fed_accuracy"][-1],
-            one_npz["fed_accuracy"][-1],
-            "{:.4f}",
-        ),
+    rows = [
+        ("seconds a round (median of rounds 2 on)", "round_seconds", "{:.2f}"),
+        ("training samples / s, by round time", "rate:round_seconds", "{:,.0f}"),
+        ("training samples / s, by training time", "rate:compute_seconds", "{:,.0f}"),
+        ("whole run, start to exit (s)", "total_seconds", "{:.1f}"),
+        ("final federated accuracy", "final", "{:.4f}"),
     ]
-    for label, a, b, fmt in pairs:
-        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {a / b:.3f} |")
-    for arm, run in (("images", one_img), ("npz", one_npz)):
+
+    def value(run: dict, what: str) -> float:
+        if what.startswith("rate:"):
+            return rate(run, what[5:])
+        if what == "final":
+            return run["fed_accuracy"][-1]
+        return _steady(run[what]) if isinstance(run[what], list) else run[what]
+
+    for label, what, fmt in rows:
+        a, b, c = (value(run, what) for run in (one_img, one_str, one_npz))
+        lines.append(
+            f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {fmt.format(c)} | {a / c:.3f} "
+            f"| {b / c:.3f} |"
+        )
+    for arm, run in (("images", one_img), ("streamed", one_str), ("npz", one_npz)):
         node = run["memory"]["nodes"][0]
         lines.append(
             f"| peak RSS, {arm}: SuperNode / ClientApp / both at once / first read's decode "
             f"workers (GiB) | {node['supernode'] / gib:.2f} / {node['clientapp'] / gib:.2f} / "
-            f"{node['together'] / gib:.2f} / {node['decoders'] / gib:.2f} | | |"
+            f"{node['together'] / gib:.2f} / {node['decoders'] / gib:.2f} | | | | |"
         )
     lines += [
         "",
@@ -288,7 +283,7 @@ def main() -> None:
     runs: dict = {}
     for layout, rounds in (("one", args.rounds_one), ("sites", args.rounds_sites)):
         runs[layout] = {}
-        for arm in ARMS:
+        for arm in LAYOUT_ARMS[layout]:
             print(f"[bench] {layout} / {arm} ...", flush=True)
             run_dir = args.work / "runs" / f"{layout}-{arm}-{started:%H%M%S}"
             runs[layout][arm] = measure(arm, paths[layout][arm], rounds, run_dir)

@@ -199,7 +199,7 @@ def batch_fisher(
     device = device or torch.device("cpu")
     s = min(samples, len(x))
     idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:s]
-    xs = torch.as_tensor(x)[idx].to(device)
+    xs = torch.as_tensor(x[idx.numpy()]).to(device)  # a streamed node reads s rows
     ys = torch.as_tensor(y, dtype=torch.long)[idx].to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64, device=device)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from fl_system.data.dataset_cache import write_arrays
 from fl_system.data.files import DataError
 from fl_system.data.node_data.hf import is_saved_dataset, read_hf
 from fl_system.data.node_data.images import is_image_folder, read_image_folder
@@ -41,7 +41,7 @@ __all__ = [
     "read_node_data",
 ]
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 _READERS: dict[str, Callable[[Path, Task], Read]] = {
     "images": read_image_folder,
     "table": read_table_files,
@@ -95,7 +95,7 @@ def read_node_data(
     else:
         _check_exists(path)
     cache = _cache_file(path, kind, task, cache_root) if cache_root is not None else None
-    if cache is not None and cache.is_file():
+    if cache is not None and cache.is_dir():
         loaded = _load_cached(cache)
         if loaded is not None:
             return loaded
@@ -115,8 +115,9 @@ def read_node_data(
             skipped=read.skipped,
         ),
     )
-    if cache is not None:
+    if cache is not None:  # kept mapped from the cache, not in memory, when it could be written
         _save_cached(cache, data)
+        return _load_cached(cache) or data
     return data
 
 
@@ -192,26 +193,35 @@ def _cache_file(path: Path, kind: str, task: Task, root: Path) -> Path:
         "files": _fingerprint(path),
     }
     key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=list).encode()).hexdigest()
-    return root / "node-data" / f"{key[:20]}.npz"
+    return root / "node-data" / key[:20]
 
 
-def _load_cached(file: Path) -> NodeData | None:
+def _load_cached(folder: Path) -> NodeData | None:
+    """The cached parts, memory-mapped (a large node's records are paged in as batches use
+    them; `streamed`), and the report."""
     try:
-        with np.load(file, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError):
+        report = NodeReport.from_json((folder / "report.json").read_text())
+        arrays = {
+            f.stem: np.load(f, mmap_mode="r", allow_pickle=False) for f in folder.glob("*.npy")
+        }
+        test = Part(arrays["test_x"], arrays["test_y"]) if "test_x" in arrays else None
+        return NodeData(Part(arrays["train_x"], arrays["train_y"]), test, report)
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    report = NodeReport.from_json(bytes(arrays.pop("report")).decode())
-    test = Part(arrays["test_x"], arrays["test_y"]) if "test_x" in arrays else None
-    return NodeData(Part(arrays["train_x"], arrays["train_y"]), test, report)
 
 
-def _save_cached(file: Path, data: NodeData) -> None:
-    arrays = {
-        "train_x": data.train.x,
-        "train_y": data.train.y,
-        "report": np.frombuffer(data.report.to_json().encode(), dtype=np.uint8),
-    }
-    if data.test is not None:
-        arrays.update(test_x=data.test.x, test_y=data.test.y)
-    write_arrays(file, arrays)
+def _save_cached(folder: Path, data: NodeData) -> None:
+    """Write the parts as .npy files (which map) and the report, all at once (a folder
+    renamed into place); a read-only or full cache only costs the next process the read."""
+    parts = {"train": data.train, "test": data.test}
+    tmp = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        for name, part in parts.items():
+            if part is not None:
+                np.save(tmp / f"{name}_x.npy", part.x)
+                np.save(tmp / f"{name}_y.npy", part.y)
+        (tmp / "report.json").write_text(data.report.to_json())
+        os.replace(tmp, folder)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)

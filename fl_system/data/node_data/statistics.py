@@ -14,13 +14,26 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fl_system.data.node_data.streamed import Streamed
 from fl_system.data.node_data.task import Task
 from fl_system.pooled_metrics import pooled_moments
 
+CHUNK = 4096  # records at a time: a large node's float64 copy of all of them is not held
 
-def node_moments(x: np.ndarray, task: Task) -> dict[str, np.ndarray]:
+
+def node_moments(x: np.ndarray | Streamed, task: Task) -> dict[str, np.ndarray]:
     """A node's count, sum and centred sum of squares per channel or numeric feature, of
-    its records as read (images as uint8, scaled here to [0, 1])."""
+    its records as read (images as uint8, scaled here to [0, 1]), CHUNK records at a time
+    (pooled with the same rule the server uses)."""
+    parts = [_moments(np.asarray(x[i : i + CHUNK]), task) for i in range(0, len(x), CHUNK)]
+    if len(parts) == 1:
+        return parts[0]
+    counts, sums, m2s = ([p[k] for p in parts] for k in ("count", "sum", "m2"))
+    _, m2 = pooled_moments(counts, sums, m2s)
+    return {"count": np.sum(counts, axis=0), "sum": np.sum(sums, axis=0), "m2": m2}
+
+
+def _moments(x: np.ndarray, task: Task) -> dict[str, np.ndarray]:
     if task.is_images:
         values = x.astype(np.float64) / 255.0 if x.dtype == np.uint8 else x.astype(np.float64)
         per = np.moveaxis(values, 1, 0).reshape(values.shape[1], -1)  # (C, N*H*W)
