@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,40 @@ def batches(n: int, settings: TrainSettings, generator: torch.Generator):
         epoch += 1
 
 
+READ_AHEAD = 16  # a streamed node's batches read (and normalised) at once
+
+
+def _batches_of(
+    x: np.ndarray | Streamed,
+    xs: torch.Tensor | None,
+    ys: torch.Tensor,
+    order: Iterator[torch.Tensor],
+    device: torch.device,
+    ahead: int,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches of `order`: indexed on the device when the records are there (`xs`), else
+    read from the streamed records `ahead` batches at a time (one read, not `ahead`)."""
+    if xs is not None:
+        for idx in order:
+            on = idx.to(device)
+            yield xs[on], ys[on]
+        return
+    pending: list[torch.Tensor] = []
+    for idx in itertools.chain(order, [None]):
+        if idx is not None:
+            pending.append(idx)
+            if len(pending) < ahead:
+                continue
+        if not pending:
+            return
+        block = torch.as_tensor(x[torch.cat(pending).numpy()]).to(device)
+        at = 0
+        for part in pending:
+            yield block[at : at + len(part)], ys[part.to(device)]
+            at += len(part)
+        pending = []
+
+
 def _squared_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """task=regression's loss: the mean squared error of the model's one output."""
     return nn.functional.mse_loss(out[:, 0], target)
@@ -129,10 +164,10 @@ def train_locally(
     loss_fn = _squared_error if regression else nn.functional.cross_entropy
     rule.begin(ctx)
     total_loss = 0.0
-    for idx in batches(len(x), settings, generator):
-        on = idx.to(device)
-        xb = torch.as_tensor(x[idx.numpy()]).to(device) if xs is None else xs[on]
-        yb = ys[on]
+    order = batches(len(x), settings, generator)
+    # augment draws from the generator between batches: reading ahead would reorder draws
+    ahead = 1 if augment is not None else READ_AHEAD
+    for xb, yb in _batches_of(x, xs, ys, order, device, ahead):
         if augment is not None:
             xb = augment(xb, generator)
         optimizer.zero_grad(set_to_none=True)

@@ -39,10 +39,10 @@ def preflight(cfg: DictConfig, paths: RunPaths) -> None:
 def check_parts(cfg: DictConfig) -> None:
     """Build every part once (strategy, local rule, add-ons, codecs, model): a component that
     rejects its arguments fails here, before any data is read."""
+    _check_node_data(cfg)
     if node_held(cfg):  # the task first: the model's sizes come from it
         complete_task(cfg, say=lambda line: print(f"fl-run: {line}", flush=True))
         Task.from_config(cfg)
-    _check_node_data(cfg)
     strategy = build_strategy(cfg)
     _check_regression(cfg, strategy)
     check_privacy(cfg, strategy)

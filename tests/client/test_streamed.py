@@ -9,6 +9,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
+from client_app import trainer
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.local_data import NodeIdentity, local_test_data, local_training_data
 from client_app.per_sample import gradient_moments
@@ -42,7 +43,11 @@ def test_a_view_reads_and_normalises_exactly_the_rows_asked_for(tmp_path):
     np.testing.assert_array_equal(part.subset(np.array([4, 0]))[:], whole[rows[[4, 0]]])
 
 
-def test_training_and_per_sample_gradients_on_a_view_equal_those_in_memory(tmp_path):
+@pytest.mark.parametrize("ahead", [3, 16])  # 7 steps: reads of 3, 3 and 1 batches; or one
+def test_training_and_per_sample_gradients_on_a_view_equal_those_in_memory(
+    tmp_path, monkeypatch, ahead
+):
+    monkeypatch.setattr(trainer, "READ_AHEAD", ahead)
     x, y = linear_data(40)
     view = Streamed(_mapped(tmp_path, x), np.asarray)
     settings = TrainSettings(local_steps=7, batch_size=8, lr=0.1)
