@@ -52,6 +52,7 @@ from fl_system.evaluation import Counts, counts_for, counts_record
 from fl_system.experiment import build_client_addons, build_compression, build_model
 from fl_system.freeloaders import freeload
 from fl_system.malicious import tamper
+from fl_system.model_parts import forward_parts
 from fl_system.privacy import noise
 from fl_system.seeding import derive_seed
 
@@ -290,6 +291,7 @@ def _train_locally(got: _Incoming) -> tuple[MetricRecord, RecordDict]:
         evaluate_on=test,
         augment=build(cfg.dataset.augment) if cfg.dataset.get("augment") else None,
         regression=score.regression(cfg),
+        parts=forward_parts(cfg.model.get("feature_layer")),
     )
     metrics = MetricRecord(
         {

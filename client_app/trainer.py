@@ -18,6 +18,7 @@ from client_app.state import ClientState
 from fl_system import protocol
 from fl_system.data.node_data.streamed import Streamed
 from fl_system.evaluation import evaluate
+from fl_system.model_parts import Parts, forward_parts
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def train_locally(
     evaluate_on: tuple[np.ndarray, np.ndarray] | None = None,
     augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     regression: bool = False,
+    parts: Parts | None = None,
 ) -> TrainResult:
     """Train `model` in place on (x, y) and return what the reply needs; with `evaluate_on`,
     also the model's score there after the local steps (before the rule's `finish`, which
@@ -134,11 +136,13 @@ def train_locally(
     crop and flip), drawing from the same seeded generator as the batches. `regression`: y
     holds numbers and the loss is the squared error of the model's one output.
 
-    `model` must expose `features` and `classifier` (every model in fl_system.models does).
+    `parts` gives the logits and penultimate features of a batch (`forward_parts`; by default
+    the model's `features`/`classifier` split when it has one, else its forward and none).
     """
     if len(x) == 0:
         raise ValueError("this client has no training data")
     start = time.perf_counter()
+    parts = parts or forward_parts()
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model.to(device).train()
@@ -154,6 +158,7 @@ def train_locally(
         state=state,
         data=(x, y),
         seed=seed,
+        parts=parts,
     )
     optimizer = torch.optim.SGD(
         model.parameters(),
@@ -171,8 +176,7 @@ def train_locally(
         if augment is not None:
             xb = augment(xb, generator)
         optimizer.zero_grad(set_to_none=True)
-        features = model.features(xb)
-        logits = model.classifier(features)
+        logits, features = parts(model, xb)
         loss = loss_fn(logits, yb)
         term = rule.loss_term(ctx, xb, yb, logits, features)
         if term is not None:

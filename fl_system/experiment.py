@@ -27,6 +27,7 @@ from fl_system.data.dataset_cache import cached_arrays
 from fl_system.data.node_data import Task, node_held, normalised, read_node_data
 from fl_system.devices import resolve_device
 from fl_system.evaluation import evaluate
+from fl_system.own_model import instantiate_model
 from fl_system.robust import WeightedMean
 from fl_system.seeding import torch_seeded
 from fl_system.validation import ConfigError
@@ -176,9 +177,12 @@ def partition_indices(cfg: DictConfig, num_partitions: int) -> tuple[np.ndarray,
 
 
 def build_model(cfg: DictConfig) -> nn.Module:
-    """The initial global model: identical on every process for the same seed."""
+    """The initial global model (the zoo's or one's own, `own_model`): identical on every
+    process for the same seed."""
     with torch_seeded(int(cfg.seed)):
-        return build(cfg.model)
+        return instantiate_model(
+            cfg.model, cfg.dataset.get("input_shape"), cfg.dataset.get("num_classes")
+        )
 
 
 def central_evaluation(cfg: DictConfig) -> Callable[[int, ArrayRecord], MetricRecord]:

@@ -54,6 +54,9 @@ def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) ->
         if eq and (runtime_key := _runtime_setting(key, overrides, conf_dir)):
             out.append(f"{runtime_key}={value}")
             continue
+        if eq and _own_model_argument(key, overrides, conf_dir):
+            out.append(f"+{override}")
+            continue
         if not (eq and key in mounts):
             out.append(override)
             continue
@@ -65,6 +68,15 @@ def rewrite(overrides: Sequence[str], mounts: dict[str, str], conf_dir: Path) ->
                 )
         out.append(f"{mounts[key]}@{key}={value}")
     return out
+
+
+def _own_model_argument(key: str, overrides: Sequence[str], conf_dir: Path) -> bool:
+    """Whether `model.NAME` is a keyword argument of one's own model (model=custom), which
+    conf/model/custom.yaml cannot list."""
+    group, dot, setting = key.partition(".")
+    if group != "model" or not dot or "model=custom" not in overrides:
+        return False
+    return setting.split(".")[0] not in (OmegaConf.load(conf_dir / "model" / "custom.yaml") or {})
 
 
 def _runtime_setting(key: str, overrides: Sequence[str], conf_dir: Path) -> str | None:

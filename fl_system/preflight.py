@@ -21,6 +21,7 @@ from fl_system.experiment import (
     load_dataset,
     partition_indices,
 )
+from fl_system.own_model import check_model
 from fl_system.privacy import check_privacy
 from fl_system.resume import check_same_experiment, defaults_line
 from fl_system.run_dir import RunPaths
@@ -46,13 +47,33 @@ def check_parts(cfg: DictConfig) -> None:
     strategy = build_strategy(cfg)
     _check_regression(cfg, strategy)
     check_privacy(cfg, strategy)
-    build(cfg.algorithm.local_rule)
+    _check_model_source(cfg)
+    rule = build(cfg.algorithm.local_rule)
     build_client_addons(cfg)
     build_compression(cfg, "up")
     build_compression(cfg, "down")
-    build_model(cfg)
+    described = check_model(
+        build_model(cfg),
+        cfg.dataset.input_shape,
+        int(cfg.dataset.num_classes),
+        feature_layer=cfg.model.get("feature_layer"),
+        needs_features=getattr(rule, "needs_features", None),
+        who=f"algorithm={cfg.algorithm.name}",
+    )
+    print(f"fl-run: {described}", flush=True)
     if cfg.dataset.get("augment"):
         build(cfg.dataset.augment, label="dataset.augment")
+
+
+def _check_model_source(cfg: DictConfig) -> None:
+    """model.source: a file or folder that exists, named absolutely for every process."""
+    source = cfg.model.get("source")
+    if not source:
+        return
+    path = Path(str(source)).expanduser().resolve()
+    if not path.exists():
+        raise ConfigError(f"model.source={source}: no such file or folder")
+    cfg.model.source = str(path)
 
 
 def _check_regression(cfg: DictConfig, strategy: object) -> None:

@@ -9,6 +9,7 @@ extra reply records, state kept between rounds). A rule also has the ClientApp's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ from torch import nn
 
 from client_app.addons import ClientHooks
 from client_app.state import ClientState
+from fl_system.model_parts import Parts, forward_parts
 
 
 @dataclass
@@ -33,10 +35,14 @@ class LocalContext:
     seed: int = 0  # this round's seed: a rule's own draws derive from it
     steps: int = 0  # optimiser steps taken so far in this round
     extras: dict[str, object] = field(default_factory=dict)  # scratch space for the rule
+    parts: Parts = field(default_factory=forward_parts)  # (logits, features) of any model
 
 
 class LocalRule(ClientHooks):
     """Plain local SGD: every hook is a no-op. This is FedAvg's client."""
+
+    # why the rule needs the model's penultimate features, when it does (checked at start-up)
+    needs_features: ClassVar[str | None] = None
 
     def begin(self, ctx: LocalContext) -> None:
         """Called once, after the global weights are loaded and before the first step."""
@@ -47,11 +53,12 @@ class LocalRule(ClientHooks):
         x: torch.Tensor,
         y: torch.Tensor,
         logits: torch.Tensor,
-        features: torch.Tensor,
+        features: torch.Tensor | None,
     ) -> torch.Tensor | None:
         """An extra term added to the cross-entropy loss of one batch.
 
-        `features` are the model's penultimate activations for `x` (what MOON contrasts).
+        `features` are the model's penultimate activations for `x` (what MOON contrasts);
+        None for a model that offers none (a rule that needs them sets `needs_features`).
         """
         return None
 

@@ -72,7 +72,7 @@ class FedDynRule(LocalRule):
         x: torch.Tensor,
         y: torch.Tensor,
         logits: torch.Tensor,
-        features: torch.Tensor,
+        features: torch.Tensor | None,
     ) -> torch.Tensor | None:
         linear = torch.zeros((), device=ctx.device)
         quadratic = torch.zeros((), device=ctx.device)

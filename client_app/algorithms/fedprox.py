@@ -21,7 +21,7 @@ class FedProxRule(LocalRule):
         x: torch.Tensor,
         y: torch.Tensor,
         logits: torch.Tensor,
-        features: torch.Tensor,
+        features: torch.Tensor | None,
     ) -> torch.Tensor | None:
         if self.mu == 0:
             return None

@@ -59,6 +59,12 @@ def _frozen_copy(model: nn.Module) -> nn.Module:
 class MoonRule(LocalRule):
     """Adds mu * l_con; saves the trained local model as next round's previous model."""
 
+    needs_features = (
+        "contrasts the model's penultimate features: give the model `features` and "
+        "`classifier` children, or name the child that computes them with "
+        "model.feature_layer=NAME"
+    )
+
     def __init__(self, *, mu: float = 0.1, temperature: float = 0.5) -> None:
         if not (isinstance(mu, int | float) and math.isfinite(mu) and mu >= 0):
             raise ValueError(f"moon mu must be a finite number >= 0, got {mu!r}")
@@ -92,13 +98,15 @@ class MoonRule(LocalRule):
         x: torch.Tensor,
         y: torch.Tensor,
         logits: torch.Tensor,
-        features: torch.Tensor,
+        features: torch.Tensor | None,
     ) -> torch.Tensor | None:
         if _PREV not in ctx.extras:
             return None
+        if features is None:
+            raise ValueError(f"moon {self.needs_features}")
         with torch.no_grad():
-            z_glob = ctx.extras[_GLOBAL].features(x)
-            z_prev = ctx.extras[_PREV].features(x)
+            z_glob = ctx.parts(ctx.extras[_GLOBAL], x)[1]
+            z_prev = ctx.parts(ctx.extras[_PREV], x)[1]
         return self.mu * contrastive_loss(features, z_glob, z_prev, self.temperature)
 
     def finish(self, ctx: LocalContext) -> RecordDict:

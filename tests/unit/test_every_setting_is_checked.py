@@ -27,6 +27,7 @@ NEEDS = {  # what an option needs besides BASE to compose into a valid run
     ("model", "cnn"): {"dataset": "mnist5k"},
     ("model", "resnet18_gn"): {"dataset": "mnist5k"},
     ("model", "vgg11"): {"dataset": "mnist5k"},
+    ("model", "custom"): {"model._target_": "fl_system.models.MLP"},  # any importable module
     # data the nodes hold: the task names its classes and shape; the nodes evaluate
     **{
         ("dataset", kind): {"dataset.classes": "[a,b]", "evaluation": "federated", **extra}

@@ -50,8 +50,9 @@ def test_algorithms_build_both_halves(name: str) -> None:
 
 @pytest.mark.parametrize("name", _options("model"))
 def test_models_build_for_their_inputs(name: str) -> None:
-    dataset = "synthetic" if name == "mlp" else "cifar10"
-    cfg = _cfg(f"model={name}", f"dataset={dataset}")
+    dataset = "synthetic" if name in ("mlp", "custom") else "cifar10"
+    own = ["model._target_=fl_system.models.MLP"] if name == "custom" else []  # any module
+    cfg = _cfg(f"model={name}", f"dataset={dataset}", *own)
     model = build_model(cfg)
     x = np.zeros((2, *cfg.dataset.input_shape), dtype=np.float32)
     assert model(torch.from_numpy(x)).shape == (2, cfg.dataset.num_classes)

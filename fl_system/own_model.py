@@ -1,0 +1,175 @@
+"""The experiment's model, the zoo's or one's own `torch.nn.Module`, built and checked.
+
+`model=custom model._target_=pkg.module.Class` (or a factory function) names any module; its
+other keys under `model.` are its keyword arguments, and it is given the task's
+`input_shape` and `num_classes` when its signature asks for them (a model for
+`task=regression` has one output). `model.feature_layer` and `model.source` are fl_system's
+(the child whose output MOON contrasts; the file or folder the model's code is in), never
+the constructor's. Before any node trains, fl-run builds the model once and runs one forward
+pass on a zero batch (`check_model`): an import, an argument, a forward pass or an output
+size that does not fit stops the run with one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from fl_system.model_parts import child_names, forward_parts, has_feature_split
+from fl_system.validation import ConfigError
+
+OURS = ("name", "feature_layer", "source")  # model keys that are not constructor arguments
+TASK_ARGUMENTS = ("input_shape", "num_classes")
+
+
+def instantiate_model(node: DictConfig, input_shape: Any, num_classes: Any) -> nn.Module:
+    """The model `node` (the config's `model` group) describes, built once."""
+    params = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(params, dict)
+    target = params.pop("_target_", None)
+    if not isinstance(target, str) or not target or target == "???":
+        raise ConfigError(
+            "model=custom needs the model's class or factory: model._target_=pkg.module.Class"
+        )
+    source = params.get("source")
+    for key in OURS:
+        params.pop(key, None)
+    build = locate(target, source)
+    accepted = _arguments(build)
+    for key, value in zip(TASK_ARGUMENTS, (input_shape, num_classes), strict=True):
+        if key not in params and (accepted is None or key in accepted):
+            params[key] = list(value) if key == "input_shape" and value is not None else value
+    if accepted is not None:
+        unknown = [k for k in params if k not in accepted]
+        if unknown:
+            raise ConfigError(
+                f"model.{unknown[0]} is not an argument of {target}{inspect.signature(build)}"
+            )
+    try:
+        model = build(**params)
+    except Exception as err:  # the user's constructor: any exception is its message
+        raise ConfigError(f"model._target_={target}: building it failed: {_said(err)}") from None
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"model._target_={target} gave a {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
+
+
+def locate(target: str, source: str | None = None) -> Callable[..., Any]:
+    """The class or function `pkg.module.Name`, imported (from `source`'s folder too)."""
+    if source:
+        folder = Path(source).expanduser().resolve()
+        folder = folder.parent if folder.is_file() else folder
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    module_name, _, attribute = target.rpartition(".")
+    if not module_name:
+        raise ConfigError(f"model._target_={target}: give a module path, e.g. mymodels.{target}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        where = f"{source} and " if source else ""
+        raise ConfigError(
+            f"model._target_={target}: cannot import {module_name} ({err}); looked in "
+            f"{where}the installed packages: install it on every node (pip install), or name "
+            f"its file with model.source=path/to/{module_name.split('.')[0]}.py"
+        ) from None
+    except Exception as err:  # importing the user's module ran its code
+        raise ConfigError(
+            f"model._target_={target}: importing {module_name} failed: {_said(err)}"
+        ) from None
+    found = getattr(module, attribute, None)
+    if not callable(found):
+        raise ConfigError(
+            f"model._target_={target}: {module_name} has no class or function {attribute}"
+        )
+    return found
+
+
+def check_model(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    outputs: int,
+    *,
+    feature_layer: str | None = None,
+    needs_features: str | None = None,
+    who: str = "the model",
+) -> str:
+    """Refuse a model that cannot train on the task (ConfigError, one line); else describe
+    it in one line. `needs_features`: why the run's rule needs penultimate features."""
+    name = type(model).__name__
+    fixed = [(n, p.dtype) for n, p in model.named_parameters() if not p.dtype.is_floating_point]
+    if fixed:
+        raise ConfigError(
+            f"model {name}: parameter {fixed[0][0]} is {fixed[0][1]}, not floating point: "
+            "gradients and averaging need float parameters (keep integer "
+            "state in buffers)"
+        )
+    shape = [2, *(int(v) for v in input_shape)]
+    parts = forward_parts(feature_layer)
+    if feature_layer is not None:
+        try:
+            model.get_submodule(feature_layer)
+        except AttributeError:
+            raise ConfigError(
+                f"model.feature_layer={feature_layer}: {name} has no such child (its "
+                f"children: {child_names(model)})"
+            ) from None
+    elif needs_features is not None and not has_feature_split(model):
+        raise ConfigError(
+            f"{who} {needs_features}; {name} has neither (its children: {child_names(model)})"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out, _ = parts(model, torch.zeros(shape))
+    except ConfigError:
+        raise
+    except Exception as err:  # the user's forward: any exception is its message
+        raise ConfigError(
+            f"model {name}: its forward fails on a batch of shape {shape} (the task's input "
+            f"shape {shape[1:]}): {_said(err)}"
+        ) from None
+    finally:
+        model.train(was_training)
+    got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if got != [2, outputs]:
+        raise ConfigError(
+            f"model {name} returns {got} for a batch of 2; the task needs [2, {outputs}] "
+            f"(logits: one per class of dataset.num_classes, or one value under task=regression)"
+        )
+    count = sum(p.numel() for p in model.parameters())
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    size += sum(b.numel() * b.element_size() for b in model.buffers())
+    return f"model {name}: {count:,} parameters, {size / 1024:,.1f} KiB with its buffers"
+
+
+def _arguments(build: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments `build` takes (None: any, it has **kwargs)."""
+    try:
+        signature = inspect.signature(build)
+    except (TypeError, ValueError):
+        return None
+    kinds = {p.kind for p in signature.parameters.values()}
+    if inspect.Parameter.VAR_KEYWORD in kinds:
+        return None
+    return {
+        n
+        for n, p in signature.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+
+
+def _said(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
