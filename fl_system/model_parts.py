@@ -25,12 +25,14 @@ def has_feature_split(model: nn.Module) -> bool:
     )
 
 
-def forward_parts(feature_layer: str | None = None) -> Parts:
-    """`parts(model, x) -> (logits, features)`: features None when the model offers none."""
+def forward_parts(feature_layer: str | int | None = None) -> Parts:
+    """`parts(model, x) -> (logits, features)`: features None when the model offers none.
+    (A Sequential's children are numbered: `model.feature_layer=2` reads as an int.)"""
+    layer = None if feature_layer is None else str(feature_layer)
 
     def parts(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if feature_layer is not None:
-            return _hooked(model, x, feature_layer)
+        if layer is not None:
+            return _hooked(model, x, layer)
         if has_feature_split(model):
             features = model.features(x)
             return model.classifier(features), features

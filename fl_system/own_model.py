@@ -100,13 +100,14 @@ def check_model(
     input_shape: Sequence[int],
     outputs: int,
     *,
-    feature_layer: str | None = None,
+    feature_layer: str | int | None = None,
     needs_features: str | None = None,
     who: str = "the model",
 ) -> str:
     """Refuse a model that cannot train on the task (ConfigError, one line); else describe
     it in one line. `needs_features`: why the run's rule needs penultimate features."""
     name = type(model).__name__
+    feature_layer = None if feature_layer is None else str(feature_layer)
     fixed = [(n, p.dtype) for n, p in model.named_parameters() if not p.dtype.is_floating_point]
     if fixed:
         raise ConfigError(

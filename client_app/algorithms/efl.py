@@ -96,7 +96,10 @@ class EflRule(LocalRule):
     def begin(self, ctx: LocalContext) -> None:
         if self.lam == 0:
             return
-        shapes = {k: tuple(p.shape) for k, p in ctx.model.named_parameters() if p.requires_grad}
+        # the server's U, V cover every float layer it averages (BatchNorm's running
+        # statistics too); the penalty applies to the trainable parameters among them
+        state = ctx.model.state_dict()
+        shapes = {k: tuple(v.shape) for k, v in state.items() if v.is_floating_point()}
         try:
             sums = read_fisher(ctx.received, EFL_DOWN, shapes)
         except CodecError as err:
@@ -105,7 +108,7 @@ class EflRule(LocalRule):
             ) from None
         terms, clipped = [], 0
         for name, p in ctx.model.named_parameters():
-            if name not in sums:
+            if name not in sums or not p.requires_grad:
                 continue
             fisher, weighted = sums[name]
             u, v, n = stable_sums(fisher, weighted, lr=ctx.lr, lam=self.lam)
