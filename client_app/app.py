@@ -34,9 +34,9 @@ from torch import nn
 from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model, receive_model
+from client_app.handshake import handshake_reply
 from client_app.local_data import (
     NodeIdentity,
-    data_report,
     local_test_data,
     local_training_data,
     training_moments,
@@ -46,7 +46,6 @@ from client_app.trainer import TrainSettings, batches, train_locally
 from fl_system import privacy, protocol, score, wire
 from fl_system.compression import Compression
 from fl_system.config_nodes import build, config_from_json
-from fl_system.data.node_data import node_held
 from fl_system.devices import apply_thread_limit, resolve_device
 from fl_system.evaluation import Counts, counts_for, counts_record
 from fl_system.experiment import build_client_addons, build_compression, build_model
@@ -118,20 +117,12 @@ def handshake(msg: Message, context: Context) -> Message:
     config_json = str(msg.content.config_records[protocol.CONFIG][protocol.RUN_CONFIG])
     context.state[_STATE] = ConfigRecord({protocol.RUN_CONFIG: config_json})
     node = NodeIdentity.from_context(context)
-    cfg = config_from_json(config_json)
-    metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id})
-    content = RecordDict({protocol.METRICS: metrics})
-    if node_held(cfg):  # what it holds, no rows: the server checks it against the task
-        report = data_report(cfg, node)
-        content[protocol.NODE_DATA] = ConfigRecord(
-            {protocol.NODE_REPORT: report.to_json(), protocol.NODE_NAME: node.label}
-        )
-        if report.error is not None:
-            return Message(content, reply_to=msg)
-    for hook in _hooks(config_json):
-        metrics.update(
-            hook.handshake_metrics(lambda: local_training_data(cfg, node, normalise=False))
-        )
+    content = handshake_reply(
+        config_from_json(config_json),
+        node,
+        lambda: _model_for(config_json),
+        lambda: _hooks(config_json),
+    )
     return Message(content, reply_to=msg)
 
 

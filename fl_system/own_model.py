@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -153,6 +154,32 @@ def check_model(
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     size += sum(b.numel() * b.element_size() for b in model.buffers())
     return f"model {name}: {count:,} parameters, {size / 1024:,.1f} KiB with its buffers"
+
+
+def fingerprint(model: nn.Module) -> str:
+    """What makes two models the same one: the class and every state entry's name, shape and
+    dtype (JSON), compared at the handshake."""
+    kind = type(model)
+    layers = [[k, list(v.shape), str(v.dtype)] for k, v in model.state_dict().items()]
+    return json.dumps({"class": f"{kind.__module__}.{kind.__qualname__}", "layers": layers})
+
+
+def first_difference(ours: str, theirs: str) -> str | None:
+    """How a node's model (`theirs`, a fingerprint) differs from the server's, first
+    difference only; None when they are the same."""
+    a, b = json.loads(ours), json.loads(theirs)
+    if a["class"] != b["class"]:
+        return f"its model is {b['class']}, the run's {a['class']}"
+    mine = {name: (shape, dtype) for name, shape, dtype in a["layers"]}
+    for name, shape, dtype in b["layers"]:
+        if name not in mine:
+            return f"its model has a layer {name} that the run's {a['class']} has not"
+        if mine.pop(name) != (shape, dtype):
+            want = dict((n, (s, d)) for n, s, d in a["layers"])[name]
+            return f"layer {name} is {shape} {dtype} there, {want[0]} {want[1]} here"
+    if mine:
+        return f"its model lacks layer {next(iter(mine))} of {a['class']}"
+    return None
 
 
 def _arguments(build: Callable[..., Any]) -> set[str] | None:

@@ -67,6 +67,12 @@ HANDSHAKE = f"query.{HANDSHAKE_ACTION}"
 NODE_DATA = "node-data"
 NODE_REPORT = "report"
 NODE_NAME = "name"
+# Every node adds a ConfigRecord NODE_MODEL: MODEL_FINGERPRINT (the model it builds for the
+# run: class, layer names, shapes, dtypes; fl_system.own_model.fingerprint), or MODEL_ERROR
+# (why it cannot build it), and NODE_NAME; the server refuses a node whose model differs.
+NODE_MODEL = "node-model"
+MODEL_FINGERPRINT = "fingerprint"
+MODEL_ERROR = "error"
 # dataset.normalize=federated: before round 1 the server asks every node for the moments of
 # its training records (ClientApp: @app.query(STATS_ACTION)); the reply's ArrayRecord
 # STATS_RECORD holds count, sum and m2 per channel or numeric feature, nothing else.

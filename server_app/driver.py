@@ -32,9 +32,8 @@ from fl_system.tracking import chosen
 from fl_system.tracking.base import FAILED
 from fl_system.tracking.session import TrackedRun
 from server_app.federation import Federation
-from server_app.node_data_check import DataRefused
 from server_app.privacy import Privacy
-from server_app.rounds import RoundRecord, RunFailed, grouped_reasons
+from server_app.rounds import NodeRefused, RoundRecord, RunFailed, grouped_reasons
 from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ class RoundDriver:
         try:
             return self._run()
         except (RunFailed, TimeoutError) as err:
-            if isinstance(err, DataRefused):  # bad input on a node: fl-run exits 2
+            if isinstance(err, NodeRefused):  # bad input on a node: fl-run exits 2
                 self.paths.bad_input.touch()
             saved = self.metrics.rows()
             hint = (

@@ -30,6 +30,7 @@ from server_app.compression import UpdateTally, expand_replies
 from server_app.downlink import Downlink
 from server_app.exchange import Courier
 from server_app.node_data_check import DataCheck
+from server_app.node_model_check import ModelCheck
 from server_app.nodes import NodeRegistry
 from server_app.rounds import RoundPlan, RoundResult, RunFailed
 from server_app.virtual_clock import VirtualClock
@@ -46,6 +47,16 @@ def sample_partitions(
         return sorted(available)
     rng = np.random.default_rng(derive_seed(seed, server_round, 0x5A3))
     return sorted(int(p) for p in rng.choice(sorted(available), size=k, replace=False))
+
+
+def _vets(cfg: DictConfig, say: Callable[[str], None]) -> Callable[[int, Message], str | None]:
+    """A joining node's checks, in order: the model it builds, then the data it holds."""
+    checks = [ModelCheck(cfg), *([DataCheck(cfg, say)] if node_held(cfg) else [])]
+
+    def vet(partition: int, reply: Message) -> str | None:
+        return next((r for check in checks if (r := check(partition, reply)) is not None), None)
+
+    return vet
 
 
 class Federation:
@@ -102,7 +113,7 @@ class Federation:
                 config_to_json(self.cfg),
                 num_partitions=int(self.cfg.num_clients),
                 on_join=self.on_join,
-                vet=DataCheck(self.cfg, say) if node_held(self.cfg) else None,
+                vet=_vets(self.cfg, say),
             )
             per_round = self.cfg.clients_per_round
             nodes = self.nodes.wait_for(

@@ -17,13 +17,9 @@ from omegaconf import DictConfig
 
 from fl_system import protocol
 from fl_system.data.node_data import NodeReport, Task, mismatches
-from server_app.rounds import RunFailed
+from server_app.rounds import NodeRefused
 
 log = logging.getLogger(__name__)
-
-
-class DataRefused(RunFailed):
-    """A node's data does not fit the task and `dataset.on_mismatch=stop`: bad input."""
 
 
 class DataCheck:
@@ -37,7 +33,7 @@ class DataCheck:
 
     def __call__(self, partition: int, reply: Message) -> str | None:
         """None when the node's data fits; the reason it is left out when it does not
-        (under `stop`, DataRefused instead)."""
+        (under `stop`, NodeRefused instead)."""
         record = reply.content.config_records.get(protocol.NODE_DATA)
         if record is None:
             name, report = str(partition), None
@@ -55,7 +51,7 @@ class DataCheck:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         line = f"node {name}{where}: {problems[0]}{more}"
         if self.stop:
-            raise DataRefused(line)
+            raise NodeRefused(line)
         self.say(f"{line}: left out of the run (dataset.on_mismatch=exclude)")
         return line
 

@@ -23,6 +23,11 @@ class RunFailed(RuntimeError):
     """The federation cannot make progress (no client replied usefully, all expelled)."""
 
 
+class NodeRefused(RunFailed):
+    """A node does not fit the run (its data, its model) and the run stops: bad input, so
+    fl-run exits 2."""
+
+
 @dataclass(frozen=True)
 class ClientFailure:
     """A client that could not be used this round, and why."""

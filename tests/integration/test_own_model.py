@@ -158,3 +158,52 @@ def test_a_model_that_does_not_fit_is_refused_before_round_1(
     assert result.stderr.strip().startswith(expected), result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not run_dir.exists() and not holding(tmp_path)
+
+
+DRIFTING = textwrap.dedent(
+    """
+    import setproctitle
+    from torch import nn
+
+
+    class Drifting(nn.Module):
+        '''Wider where a ClientApp builds it: a node with another version of the package.'''
+
+        def __init__(self, input_shape, num_classes):
+            super().__init__()
+            width = 48 if "clientapp" in setproctitle.getproctitle() else 32
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.ReLU())
+            self.head = nn.Linear(width, num_classes)
+
+        def forward(self, x):
+            return self.head(self.body(x))
+    """
+)
+
+
+def test_a_node_that_builds_another_model_is_named_before_round_1(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """runtime=local (a SuperLink and SuperNodes over gRPC): the nodes' ClientApps build the
+    model wider than the server does; the run stops at the handshake, exit 2."""
+    (tmp_path / "drifting.py").write_text(DRIFTING)
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [
+            "dataset=digits",
+            "runtime=local",
+            "num_clients=2",
+            "model=custom",
+            "model._target_=drifting.Drifting",
+            f"model.source={tmp_path / 'drifting.py'}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cli_env,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (
+        ": builds another model than the server: layer body.1.weight is [48, 64] torch.float32 "
+        "there, [32, 64] torch.float32 here"
+    ) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (run_dir / "metrics.csv").exists() and not holding(tmp_path)

@@ -161,3 +161,56 @@ def test_an_own_models_keyword_arguments_need_no_plus():
         "model.feature_layer=x",
     ]
     assert rewrite(["model.width=64"], {}, CONF_DIR) == ["model.width=64"]  # a zoo model's key
+
+
+def test_a_node_is_refused_by_the_first_difference_of_its_model():
+    from flwr.app import Message
+    from omegaconf import OmegaConf
+
+    from client_app.handshake import handshake_reply
+    from client_app.local_data import NodeIdentity
+    from fl_system.own_model import fingerprint, first_difference
+    from server_app.node_model_check import ModelCheck
+    from server_app.rounds import NodeRefused
+
+    ours = fingerprint(Plain([4], 2))
+    assert first_difference(ours, fingerprint(Plain([4], 2))) is None
+    assert first_difference(ours, fingerprint(Plain([4], 2, width=5))) == (
+        "layer body.1.weight is [5, 4] torch.float32 there, [8, 4] torch.float32 here"
+    )
+    assert first_difference(ours, fingerprint(Plain([4], 3))).startswith("layer head.weight")
+    assert first_difference(ours, fingerprint(factory(2))) == (
+        f"its model is torch.nn.modules.container.Sequential, the run's {__name__}.Plain"
+    )
+
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "model": {"name": "custom", "_target_": f"{__name__}.Plain", "source": None},
+            "dataset": {"input_shape": [4], "num_classes": 2, "name": "digits"},
+        }
+    )
+    check = ModelCheck(cfg)
+    node = NodeIdentity(partition_id=3, num_partitions=4, name="clinic-b")
+
+    def reply(build):
+        content = handshake_reply(cfg, node, build, lambda: ())
+        return Message(content, dst_node_id=1, message_type="query")
+
+    assert check(3, reply(lambda: Plain([4], 2))) is None
+    with pytest.raises(NodeRefused) as err:
+        check(3, reply(lambda: Plain([4], 2, width=16)))
+    assert str(err.value) == (
+        "node clinic-b: builds another model than the server: layer body.1.weight is [16, 4] "
+        "torch.float32 there, [8, 4] torch.float32 here"
+    )
+
+    def missing():
+        raise ConfigError("model._target_=pkg.Net: cannot import pkg (No module named 'pkg')")
+
+    with pytest.raises(NodeRefused) as err:
+        check(3, reply(missing))
+    assert str(err.value) == (
+        "node clinic-b: cannot build the run's model: model._target_=pkg.Net: cannot import "
+        "pkg (No module named 'pkg') (model.source ships its code with the app)"
+    )

@@ -1,0 +1,42 @@
+"""The model check at the handshake: every node must build the run's model.
+
+A node builds the model from the run's config with the code it has; another version of
+one's own package, or none, gives another model or none. Each handshake reply carries the
+model's fingerprint (class, layer names, shapes, dtypes) or why the node could not build it;
+the first node whose model differs from the server's stops the run before round 1 with one
+line naming the node and the first difference (fl-run exits 2).
+"""
+
+from __future__ import annotations
+
+from flwr.app import Message
+from omegaconf import DictConfig
+
+from fl_system import protocol
+from fl_system.experiment import build_model
+from fl_system.own_model import fingerprint, first_difference
+from server_app.rounds import NodeRefused
+
+
+class ModelCheck:
+    """Vets handshake replies against the server's own build of the run's model."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.ours = fingerprint(build_model(cfg))
+        self.source = cfg.model.get("source")
+
+    def __call__(self, partition: int, reply: Message) -> str | None:
+        """None when the node's model is the run's; NodeRefused when it is not."""
+        record = reply.content.config_records.get(protocol.NODE_MODEL)
+        if record is None:  # a ClientApp from before the check: nothing to compare
+            return None
+        name = str(record.get(protocol.NODE_NAME, partition))
+        if protocol.MODEL_ERROR in record:
+            hint = "" if self.source else " (model.source ships its code with the app)"
+            raise NodeRefused(
+                f"node {name}: cannot build the run's model: {record[protocol.MODEL_ERROR]}{hint}"
+            )
+        difference = first_difference(self.ours, str(record[protocol.MODEL_FINGERPRINT]))
+        if difference is not None:
+            raise NodeRefused(f"node {name}: builds another model than the server: {difference}")
+        return None
