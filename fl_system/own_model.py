@@ -15,11 +15,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import shutil
 import sys
+import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -29,6 +32,7 @@ from fl_system.validation import ConfigError
 
 OURS = ("name", "feature_layer", "source")  # model keys that are not constructor arguments
 TASK_ARGUMENTS = ("input_shape", "num_classes")
+SHIPPED = "shipped_model"  # the app's folder that carries model.source's code to the nodes
 
 
 def instantiate_model(node: DictConfig, input_shape: Any, num_classes: Any) -> nn.Module:
@@ -66,12 +70,12 @@ def instantiate_model(node: DictConfig, input_shape: Any, num_classes: Any) -> n
 
 
 def locate(target: str, source: str | None = None) -> Callable[..., Any]:
-    """The class or function `pkg.module.Name`, imported (from `source`'s folder too)."""
+    """The class or function `pkg.module.Name`, imported; with `model.source`, from the copy
+    the app carries (a node running the app's FAB) or else from `source` itself."""
     if source:
-        folder = Path(source).expanduser().resolve()
-        folder = folder.parent if folder.is_file() else folder
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
+        for folder in [source_folder(source), *shipped_folders()]:  # the last inserted wins
+            if folder.is_dir() and str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))
     module_name, _, attribute = target.rpartition(".")
     if not module_name:
         raise ConfigError(f"model._target_={target}: give a module path, e.g. mymodels.{target}")
@@ -94,6 +98,40 @@ def locate(target: str, source: str | None = None) -> Callable[..., Any]:
             f"model._target_={target}: {module_name} has no class or function {attribute}"
         )
     return found
+
+
+def source_folder(source: str) -> Path:
+    """The folder `model.source` puts on the import path: a file's, or the folder itself."""
+    path = Path(source).expanduser().resolve()
+    return path.parent if path.is_file() else path
+
+
+def shipped_folders() -> list[Path]:
+    """The app's copies of `model.source` on the import path: Flower puts an installed FAB's
+    folder there, and `ship_source` put the code in its SHIPPED folder."""
+    return [
+        Path(entry) / SHIPPED for entry in sys.path if entry and (Path(entry) / SHIPPED).is_dir()
+    ]
+
+
+def ship_source(source: str, app: Path) -> Path:
+    """Copy `model.source` (a .py file, or a folder's contents) into the staged app's SHIPPED
+    folder, which the FAB carries to every node."""
+    path = Path(source).expanduser().resolve()
+    dest = app / SHIPPED
+    shutil.rmtree(dest, ignore_errors=True)
+    if path.is_file():
+        dest.mkdir(parents=True)
+        shutil.copyfile(path, dest / path.name)
+    else:
+        shutil.copytree(path, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    project = app / "pyproject.toml"  # the FAB takes the files its fab-include names
+    config = tomllib.loads(project.read_text())
+    app_conf = config.get("tool", {}).get("flwr", {}).get("app", {})
+    if "fab-include" in app_conf:
+        app_conf["fab-include"] = [*app_conf["fab-include"], f"{SHIPPED}/**/*.py"]
+        project.write_text(tomli_w.dumps(config))
+    return dest
 
 
 def check_model(

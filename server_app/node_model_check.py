@@ -32,7 +32,7 @@ class ModelCheck:
             return None
         name = str(record.get(protocol.NODE_NAME, partition))
         if protocol.MODEL_ERROR in record:
-            hint = "" if self.source else " (model.source ships its code with the app)"
+            hint = "" if self.source else " (install the model's package on that node)"
             raise NodeRefused(
                 f"node {name}: cannot build the run's model: {record[protocol.MODEL_ERROR]}{hint}"
             )

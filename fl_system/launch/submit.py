@@ -17,6 +17,7 @@ from fl_system.launch import LaunchError
 from fl_system.launch.app_bundle import stage_app
 from fl_system.launch.components import app_dir
 from fl_system.launch.processes import ProcessGroup
+from fl_system.own_model import ship_source
 from fl_system.progress import follow_run, log_end, resume_hint, saved_rounds, server_log
 from fl_system.run_dir import RunPaths
 
@@ -70,6 +71,8 @@ def submit_and_follow(
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
     app = stage_app(app_dir(), flwr_home / "app")
+    if cfg.model.get("source"):  # one's own model's code travels in the FAB (README)
+        ship_source(str(cfg.model.source), app)
     since = log_end(paths)
     submit = procs.start(
         "flwr run", flwr_run_command(app, run_file), server_log(paths), env, plain=True

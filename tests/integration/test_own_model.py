@@ -207,3 +207,57 @@ def test_a_node_that_builds_another_model_is_named_before_round_1(
     ) in result.stderr
     assert "Traceback" not in result.stderr
     assert not (run_dir / "metrics.csv").exists() and not holding(tmp_path)
+
+
+SHIPPED = textwrap.dedent(
+    """
+    import os
+    from torch import nn
+
+    with open(os.environ["OWN_MODEL_IMPORTS"], "a") as imports:
+        imports.write(__file__ + "\\n")
+
+
+    class Tiny(nn.Module):
+        def __init__(self, input_shape, num_classes):
+            super().__init__()
+            self.net = nn.Sequential(
+                nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, num_classes)
+            )
+
+        def forward(self, x):
+            return self.net(x)
+    """
+)
+
+
+def test_the_models_code_travels_in_the_fab_to_the_nodes(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """runtime=local (SuperLink, SuperNodes, `flwr run`): model.source is copied into the FAB;
+    every ClientApp and the ServerApp import the copy Flower installed from it, only fl-run's
+    own check imports the submitter's file."""
+    source = tmp_path / "submitter" / "ownnets.py"
+    source.parent.mkdir()
+    source.write_text(SHIPPED)
+    imports = tmp_path / "imports.txt"
+    result = run_cli(
+        [
+            "dataset=digits",
+            "runtime=local",
+            "num_clients=2",
+            "num_rounds=2",
+            "model=custom",
+            "model._target_=ownnets.Tiny",
+            f"model.source={source}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        {**cli_env, "OWN_MODEL_IMPORTS": str(imports)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(MetricsLog(tmp_path / "run" / "metrics.csv").rows()) == 2
+    paths = imports.read_text().split()
+    assert paths.count(str(source)) == 1  # fl-run's check, on the submitting machine
+    shipped = [p for p in paths if p != str(source)]
+    assert len(shipped) >= 5  # the ServerApp and a ClientApp per message
+    assert all("/apps/" in p and p.endswith("/shipped_model/ownnets.py") for p in shipped)

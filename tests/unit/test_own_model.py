@@ -212,5 +212,29 @@ def test_a_node_is_refused_by_the_first_difference_of_its_model():
         check(3, reply(missing))
     assert str(err.value) == (
         "node clinic-b: cannot build the run's model: model._target_=pkg.Net: cannot import "
-        "pkg (No module named 'pkg') (model.source ships its code with the app)"
+        "pkg (No module named 'pkg') (install the model's package on that node)"
     )
+
+
+def test_model_source_is_shipped_into_the_staged_app_and_its_fab_include(tmp_path):
+    import tomllib
+
+    from fl_system.own_model import SHIPPED, ship_source
+
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "pyproject.toml").write_text(
+        '[tool.flwr.app]\npublisher = "p"\nfab-include = ["client_app/**/*.py"]\n'
+    )
+    (tmp_path / "nets.py").write_text("X = 1\n")
+    ship_source(str(tmp_path / "nets.py"), app)
+    assert (app / SHIPPED / "nets.py").read_text() == "X = 1\n"
+    included = tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert included["fab-include"] == ["client_app/**/*.py", f"{SHIPPED}/**/*.py"]
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "m.py").write_text("Y = 2\n")
+    (package / "__pycache__").mkdir()
+    ship_source(str(package), app)  # a folder: its contents, the file shipped before gone
+    shipped = sorted(p.relative_to(app / SHIPPED).as_posix() for p in (app / SHIPPED).rglob("*"))
+    assert shipped == ["sub", "sub/m.py"]
