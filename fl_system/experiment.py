@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,15 +100,21 @@ def build_compression(cfg: DictConfig, direction: str = "up") -> Compression | N
     return None if isinstance(codec, Dense) else Compression(codec, feedback)
 
 
-Experiment = DictConfig | Mapping[str, Any] | str  # a composed config, as a dict or JSON
+# a composed config, as a dict or JSON, or the overrides that compose it
+Experiment = DictConfig | Mapping[str, Any] | str | Sequence[str]
 
 
 def as_experiment(value: Experiment) -> DictConfig:
-    """A composed experiment config from any of its forms (read-only)."""
+    """A composed experiment config from any of its forms (read-only): a composed config, its
+    JSON, a mapping, or a list of overrides (`["algorithm=taco", "num_clients=10"]`)."""
     if isinstance(value, str):
         return config_from_json(value)
     if isinstance(value, DictConfig):
         return value
+    if isinstance(value, Sequence):
+        from fl_system.compose import compose_experiment  # compose reads conf/ through Hydra
+
+        return compose_experiment([str(v) for v in value])
     return config_from_json(json.dumps(dict(value), sort_keys=True))
 
 

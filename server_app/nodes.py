@@ -90,9 +90,16 @@ class NodeRegistry:
                 return nodes
             now = time.monotonic()
             if now >= deadline:
+                online = len(self._grid.get_node_ids())
                 raise TimeoutError(
-                    f"only {have} of {count} clients connected after {timeout:.0f} s "
-                    "(check that every SuperNode reaches the SuperLink's Fleet API)"
+                    f"only {have} of {count} clients connected after {timeout:.0f} s: the "
+                    f"federation has {online} SuperNode{'s' if online != 1 else ''}"
+                    + (
+                        f"; set num_clients={online} (or clients_per_round), or start more "
+                        "SuperNodes (Flower's simulation: options.num-supernodes)"
+                        if online < count
+                        else " (check that every SuperNode reaches the SuperLink's Fleet API)"
+                    )
                 )
             if now - last_report > 10:
                 say(f"waiting for clients: {have}/{count} connected, {deadline - now:.0f} s left")

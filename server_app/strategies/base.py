@@ -46,6 +46,7 @@ from server_app.rounds import (
     RoundResult,
     RoundSteps,
 )
+from server_app.strategies.experiment_check import check_algorithm
 from server_app.strategies.replies import (
     ClientReply,
     arrays_like,
@@ -119,6 +120,8 @@ class FederatedStrategy(Strategy):
             addons = build_server_addons(cfg) if cfg is not None else ()
         self.addons = list(addons)
         name = cfg.algorithm.name if cfg is not None else type(self).__name__.lower()
+        if cfg is not None:
+            check_algorithm(type(self), cfg)
         check_refusals(self.addons, self.refused_addons, name)
         self.robust = WeightedMean()
         self.norm_ratio: float | None = None

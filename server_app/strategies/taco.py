@@ -70,8 +70,8 @@ class Taco(FederatedStrategy):
     def __init__(
         self,
         *,
-        num_clients: int,
-        num_rounds: int,
+        num_clients: int | None = None,
+        num_rounds: int | None = None,
         kappa: float = 0.6,
         lam: int | None = None,
         expel: bool = True,
@@ -85,6 +85,13 @@ class Taco(FederatedStrategy):
         experiment: Experiment | None = None,
     ) -> None:
         super().__init__(addons=addons, experiment=experiment)
+        cfg = self.experiment  # what it leaves out, the experiment has
+        if cfg is not None:
+            num_clients = int(cfg.num_clients) if num_clients is None else num_clients
+            num_rounds = int(cfg.num_rounds) if num_rounds is None else num_rounds
+            local_steps = cfg.train.local_steps if local_steps is None else local_steps
+        if num_clients is None or num_rounds is None:
+            raise ValueError("Taco needs num_clients and num_rounds (or experiment=...)")
         if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
             raise ValueError(f"algorithm.kappa must be a number in (0, 1], got {kappa!r}")
         if lam is None:

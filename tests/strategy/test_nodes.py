@@ -99,3 +99,16 @@ def test_a_silent_holder_loses_its_partition_to_a_restarted_node(
     alive, grid.node_ids = {11, 44}, {11, 22, 44}  # 22's id lingers until its heartbeat expires
     assert registry.refresh(timeout=5) == {11: 0, 44: 1}
     assert _notices(grid) == {}
+
+
+def test_too_few_supernodes_are_counted_and_the_setting_named(monkeypatch) -> None:
+    grid = ScriptedGrid({11, 22}, nodes_claiming({11: 0, 22: 1}))
+    registry = NodeRegistry(grid, "{}", num_partitions=10)
+    monkeypatch.setattr(nodes.time, "sleep", lambda _: None)
+    with pytest.raises(TimeoutError) as err:
+        registry.wait_for(10, timeout=0.01)
+    assert str(err.value) == (
+        "only 2 of 10 clients connected after 0 s: the federation has 2 SuperNodes; set "
+        "num_clients=2 (or clients_per_round), or start more SuperNodes (Flower's simulation: "
+        "options.num-supernodes)"
+    )
