@@ -45,6 +45,7 @@ def instantiate_model(node: DictConfig, input_shape: Any, num_classes: Any) -> n
             "model=custom needs the model's class or factory: model._target_=pkg.module.Class"
         )
     source = params.get("source")
+    zoo = params.get("name") not in (None, "custom")  # a shipped model names itself
     for key in OURS:
         params.pop(key, None)
     build = locate(target, source)
@@ -61,6 +62,8 @@ def instantiate_model(node: DictConfig, input_shape: Any, num_classes: Any) -> n
     try:
         model = build(**params)
     except Exception as err:  # the user's constructor: any exception is its message
+        if zoo:  # its own message names the model and the way out
+            raise ConfigError(f"{node.name}: {err}") from None
         raise ConfigError(f"model._target_={target}: building it failed: {_said(err)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(
