@@ -235,3 +235,27 @@ def run_sweep(
     assert result.returncode == 0, result.stderr[-3000:]
     assert not holding(sweep_dir), "a process of the sweep outlived fl-run"
     return sorted(p for p in sweep_dir.iterdir() if p.is_dir())
+
+
+def run_every_algorithm(common: list[str], tmp_path: Path, env: dict[str, str]) -> list[Path]:
+    """Every conf/algorithm option with `common` for 2 rounds: one warm sweep, and TACO apart
+    (its honest clients agree in round 1, and in a 2-round run one strike expels, lam =
+    ceil(2 / 5): every client would be; its warm-up round gives no strikes, README's TACO).
+    Returns every run's directory, each checked to hold rounds 1 and 2."""
+    from fl_system.compose import CONF_DIR
+    from fl_system.overrides import options
+
+    algorithms = options(CONF_DIR, "algorithm")
+    others = ",".join(a for a in algorithms if a != "taco")
+    members = run_sweep([*common, f"algorithm={others}"], tmp_path / "sweep", env)
+    taco = run_cli(
+        [*common, "algorithm=taco", "algorithm.warmup_rounds=1", f"hydra.run.dir={tmp_path / 't'}"],
+        env,
+    )
+    assert taco.returncode == 0, taco.stderr[-3000:]
+    members.append(tmp_path / "t")
+    assert len(members) == len(algorithms) >= 17
+    for member in members:
+        rows = MetricsLog(member / "metrics.csv").rows()
+        assert [int(r["round"]) for r in rows] == [1, 2], member.name
+    return members
