@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from client_app.addons import ClientHooks
-from client_app.local_data import NodeIdentity, data_report, local_training_data
+from client_app.local_data import NodeIdentity, data_report
 from fl_system import protocol
 from fl_system.data.node_data import node_held
 from fl_system.own_model import fingerprint
@@ -25,6 +25,7 @@ def handshake_reply(
     node: NodeIdentity,
     model: Callable[[], nn.Module],
     hooks: Callable[[], Sequence[ClientHooks]],
+    training: Callable[[], tuple],
 ) -> RecordDict:
     """The reply's records: partition id and the hooks' metrics, the model's fingerprint (or
     why it cannot be built), the node's data report when it holds its own data."""
@@ -45,7 +46,5 @@ def handshake_reply(
         if report.error is not None:
             return content
     for hook in hooks():
-        metrics.update(
-            hook.handshake_metrics(lambda: local_training_data(cfg, node, normalise=False))
-        )
+        metrics.update(hook.handshake_metrics(training))
     return content

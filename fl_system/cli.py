@@ -15,6 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fl_system import startup, tracking
+from fl_system.app_supplied import refuse_in_fl_run
 from fl_system.checkpoint import CheckpointError
 from fl_system.compose import CONF_DIR, prepare
 from fl_system.config_nodes import build, new_run_id
@@ -50,6 +51,7 @@ def run_experiment(cfg: DictConfig) -> dict:
     early = None
     try:
         check_values(cfg)  # a bad value never starts a process
+        refuse_in_fl_run(cfg)
         runtime = build(cfg.runtime)
         if isinstance(runtime, StartsEarly) and not cfg.resume and _fresh(paths.root):
             early = runtime  # its processes start while the parts and the data are checked

@@ -9,6 +9,8 @@ errors.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,7 +78,15 @@ def default_config(config: Mapping[str, Any]) -> dict:
 
 
 def _compose(overrides: list[str]) -> DictConfig:
+    """Hydra's composition (a fresh copy each call: callers set the run id and resolve)."""
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.lru_cache(maxsize=64)
+def _composed(overrides: tuple[str, ...]) -> DictConfig:
+    """One composition per set of overrides and process: Hydra takes ~0.4 s, and a Flower app
+    builds a strategy from the same arguments again and again (tests, restarts)."""
     if GlobalHydra.instance().is_initialized():  # inside fl-run's Hydra app, which reads conf/
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=list(overrides))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=list(overrides))

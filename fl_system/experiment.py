@@ -18,6 +18,7 @@ from torch import nn
 
 from fl_system import score
 from fl_system.addons import mounted
+from fl_system.app_supplied import model_from_app
 from fl_system.cache_root import default_cache_root
 from fl_system.codecs import Dense
 from fl_system.compression import Compression
@@ -185,6 +186,11 @@ def partition_indices(cfg: DictConfig, num_partitions: int) -> tuple[np.ndarray,
 def build_model(cfg: DictConfig) -> nn.Module:
     """The initial global model (the zoo's or one's own, `own_model`): identical on every
     process for the same seed."""
+    if model_from_app(cfg):
+        raise ConfigError(
+            "model=app: each node's ClientApp builds the model (client_app.make_client_app("
+            "build_model=...)); give strategy.start the initial arrays of that model"
+        )
     with torch_seeded(int(cfg.seed)):
         return instantiate_model(
             cfg.model, cfg.dataset.get("input_shape"), cfg.dataset.get("num_classes")

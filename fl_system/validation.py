@@ -8,6 +8,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from fl_system import system, tracking
 from fl_system.addons import check_settings, mounted
+from fl_system.app_supplied import check_app_data
 from fl_system.data.corruption import KINDS
 from fl_system.freeloaders import KINDS as FREELOADER_KINDS
 from fl_system.malicious import KINDS as MALICIOUS_KINDS
@@ -92,6 +93,7 @@ def check_values(cfg: DictConfig) -> None:
             f"compression.up=none (got compression.up={cfg.compression.up.name})"
         )
     _check_stragglers(cfg)
+    check_app_data(cfg)
     system.check(cfg)
     tracking.check(cfg)
 

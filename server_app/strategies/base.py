@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -33,9 +33,9 @@ from omegaconf import OmegaConf
 
 from fl_system import privacy, protocol
 from fl_system.aggregation import normalized
-from fl_system.experiment import Experiment, as_experiment, build_aggregation, build_server_addons
-from fl_system.robust import WeightedMean, update_norm
-from server_app.addons import Refusal, ServerAddon, check_refusals
+from fl_system.experiment import build_aggregation, build_server_addons
+from fl_system.robust import update_norm
+from server_app.addons import Refusal, check_refusals
 from server_app.compression import UpdateTally
 from server_app.federation import Federation
 from server_app.rounds import (
@@ -46,7 +46,7 @@ from server_app.rounds import (
     RoundResult,
     RoundSteps,
 )
-from server_app.strategies.experiment_check import check_algorithm
+from server_app.strategies.experiment_binding import Common, bind_experiment
 from server_app.strategies.replies import (
     ClientReply,
     arrays_like,
@@ -79,10 +79,32 @@ class FederatedStrategy(Strategy):
 
     Subclasses implement `aggregate`, and may override `node_content` (what one node
     receives), `base_weights`, `reject` and `round_metrics`, or `round` itself for rounds of
-    another shape. `experiment` (a composed config: `fl_system.compose.compose_experiment`)
-    is what the clients learn at the handshake and where the add-ons and the aggregation
-    guards come from; without it the strategy aggregates (`round`, `finish_round`) but cannot
-    run rounds on a grid.
+    another shape. The experiment a strategy runs (`experiment_binding`) is what the clients
+    learn at the handshake and where the add-ons and the aggregation guards come from.
+
+    Parameters
+    ----------
+    num_clients : Optional[int] (default: the experiment's, else 4)
+        The SuperNodes of the federation, one partition each; the first round waits for
+        them (the ones a round samples).
+    fraction_train : Optional[float] (default: 1.0)
+        The share of the clients that trains each round, sampled with the seed.
+    num_classes : Optional[int] (default: None)
+        The number of labels, when the nodes' ClientApp supplies the data: FedDisco's label
+        distributions and federated evaluation need it.
+    train : Optional[Mapping[str, Any]] (default: the experiment's `train.*`)
+        The clients' local training: `lr`, `local_epochs` or `local_steps`, `batch_size`,
+        `momentum`, `weight_decay`, `drop_last`.
+    seed : Optional[int] (default: 0)
+        Seeds client sampling and the clients' batch order (never privacy noise).
+    options : Sequence[str] (default: ())
+        Further settings, in fl-run's syntax (`["compression.up=st", "client_eval.enabled=true"]`).
+    experiment : Optional[Experiment] (default: None)
+        What the clients run, instead of the arguments: a composed experiment
+        (`fl_system.compose.compose_experiment`), or the overrides that compose it, to which
+        the arguments above are added.
+    addons : Optional[Sequence[ServerAddon]] (default: the experiment's)
+        The server halves of add-ons, instead of the ones the experiment enables.
     """
 
     # Whether a client that did only part of its local steps (a straggler) still helps:
@@ -110,42 +132,27 @@ class FederatedStrategy(Strategy):
     step_cost: ClassVar[float] = 1.0
 
     def __init__(
-        self,
-        *,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
+        self, *, settings: Mapping[str, Any] | None = None, **common: Unpack[Common]
     ) -> None:
-        cfg = as_experiment(experiment) if experiment is not None else None
-        if addons is None:
-            addons = build_server_addons(cfg) if cfg is not None else ()
-        self.addons = list(addons)
-        name = cfg.algorithm.name if cfg is not None else type(self).__name__.lower()
-        if cfg is not None:
-            check_algorithm(type(self), cfg)
-        check_refusals(self.addons, self.refused_addons, name)
-        self.robust = WeightedMean()
-        self.norm_ratio: float | None = None
-        self.examples_ratio: float | None = None
-        if cfg is not None:
-            self.robust, self.norm_ratio, self.examples_ratio = build_aggregation(
-                cfg, rule_of_its_own=not self.robust_aggregation
-            )
+        """`settings`: the subclass's own arguments, by config key (None: the default)."""
+        cfg = bind_experiment(type(self), common, settings or {})
+        addons = common.get("addons")
+        self.addons = list(build_server_addons(cfg) if addons is None else addons)
+        check_refusals(self.addons, self.refused_addons, str(cfg.algorithm.name))
+        self.robust, self.norm_ratio, self.examples_ratio = build_aggregation(
+            cfg, rule_of_its_own=not self.robust_aggregation
+        )
         self.experiment = cfg
         privacy.install()  # DP noise from OS entropy; Flower's wrappers check what they wrap
-        if cfg is not None and privacy.mode(cfg) != "none":
+        if privacy.mode(cfg) != "none":
             privacy.check_composition(cfg, self, privacy.mode(cfg))
         # Under central DP (privacy=central_*/client_*) the noise is calibrated to the plain
         # mean of the clipped updates: FedAvg's family averages uniformly there
         self.uniform_weights = (
-            cfg is not None
-            and OmegaConf.select(cfg, "privacy.server") is not None
+            OmegaConf.select(cfg, "privacy.server") is not None
             and self.weighting_under_privacy() is None
         )
-        self.federation = (
-            None
-            if cfg is None
-            else Federation(cfg, on_join=self.on_handshake, step_cost=self.step_cost)
-        )
+        self.federation = Federation(cfg, on_join=self.on_handshake, step_cost=self.step_cost)
         self.last_round: RoundRecord | None = None
         self._open: _OpenRound | None = None
         self._evaluating: tuple[list[Message], int] = ([], 0)
@@ -159,7 +166,7 @@ class FederatedStrategy(Strategy):
     ) -> list[Message]:
         """Plan the round, run the exchanges before training, return the training messages."""
         privacy.wrappers.required_wrapper(self.experiment, self)
-        fed = self._bound()
+        fed = self.federation
         plan, chosen = fed.plan(
             grid,
             server_round,
@@ -192,7 +199,7 @@ class FederatedStrategy(Strategy):
         opened, self._open = self._open, None
         if opened is None or opened.plan.round != server_round:
             raise RuntimeError(f"aggregate_train({server_round}) without its configure_train")
-        fed = self._bound()
+        fed = self.federation
         plan = opened.plan
         result = opened.result
         if opened.steps is not None:
@@ -230,7 +237,7 @@ class FederatedStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> list[Message]:
         """Per-client evaluation of the global model when `client_eval` is due, else none."""
-        messages, nodes = self._bound().evaluate_messages(grid, server_round, arrays)
+        messages, nodes = self.federation.evaluate_messages(grid, server_round, arrays)
         self._evaluating = (messages, len(nodes))
         return messages
 
@@ -238,7 +245,7 @@ class FederatedStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """The clients' mean and worst-decile accuracy of the global model."""
-        fed = self._bound()
+        fed = self.federation
         (sent, asked), self._evaluating = self._evaluating, ([], 0)
         if fed.client_eval is None or not sent:
             return None
@@ -253,13 +260,12 @@ class FederatedStrategy(Strategy):
         log.info("\t├──> %s", type(self).__name__)
         for addon in self.addons:
             log.info("\t├──> add-on %s", type(addon).__name__)
-        if cfg is not None:
-            log.info(
-                "\t└──> %s on %s, %d clients",
-                cfg.algorithm.name,
-                cfg.dataset.name,
-                int(cfg.num_clients),
-            )
+        log.info(
+            "\t└──> %s on %s, %d clients",
+            cfg.algorithm.name,
+            cfg.dataset.name,
+            int(cfg.num_clients),
+        )
 
     def privacy_conflict(self, mode: str) -> str | None:
         """Why Flower's DP in `mode` cannot wrap this rule (None: it can)."""
@@ -289,20 +295,11 @@ class FederatedStrategy(Strategy):
 
     def connect(self, grid: Grid, **kwargs: object) -> None:
         """Wait for the clients the first round needs (`configure_train` does it too)."""
-        self._bound().connect(grid, **kwargs)  # type: ignore[arg-type]
-
-    def _bound(self) -> Federation:
-        if self.federation is None:
-            raise ValueError(
-                f"{type(self).__name__} has no experiment: build it with experiment=... "
-                "(fl_system.compose.compose_experiment(['algorithm=...'])) to run rounds, "
-                "so that clients learn the data, model and local rule at the handshake"
-            )
-        return self.federation
+        self.federation.connect(grid, **kwargs)  # type: ignore[arg-type]
 
     def _exchange(self, opened: _OpenRound, step: Exchange) -> list[Message]:
         """Send one exchange of the round over the grid; its replies, made whole."""
-        fed = self._bound()
+        fed = self.federation
         plan = opened.plan
         outgoing = fed.outgoing(step.messages, plan.nodes, plan.arrays)
         replies = fed.courier.send(opened.grid, outgoing, step.label).replies
@@ -479,8 +476,7 @@ class FederatedStrategy(Strategy):
         Strategies with state of their own extend this dict: `{**super().state_dict(), ...}`.
         """
         state = {k: v for addon in self.addons for k, v in addon.state_dict().items()}
-        if self.federation is not None:
-            state.update(self.federation.state_dict())
+        state.update(self.federation.state_dict())
         return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
@@ -490,10 +486,9 @@ class FederatedStrategy(Strategy):
             mine = {k: v for k, v in state.items() if addon.owns(k)}
             addon.load_state_dict(mine)
             claimed.update(mine)
-        if self.federation is not None:
-            mine = {k: v for k, v in state.items() if Federation.owns(k)}
-            self.federation.load_state_dict(mine)
-            claimed.update(mine)
+        mine = {k: v for k, v in state.items() if Federation.owns(k)}
+        self.federation.load_state_dict(mine)
+        claimed.update(mine)
         unknown = sorted(set(state) - claimed)
         if unknown:
             raise ValueError(f"{type(self).__name__} does not keep state {unknown}")

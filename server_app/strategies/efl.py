@@ -21,7 +21,8 @@ client half is `client_app/algorithms/efl.py`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from typing import Unpack
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -37,10 +38,9 @@ from fl_system.algorithms.efl import (
     read_fisher,
 )
 from fl_system.codecs import CodecError
-from fl_system.experiment import Experiment
-from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.layer_state import LayerState, float_layers
 from server_app.strategies.replies import reply_mean
 
@@ -48,7 +48,28 @@ log = logging.getLogger(__name__)
 
 
 class Efl(FederatedStrategy):
-    """FedAvg's model average, plus the Fisher sums U and V every client trains against."""
+    """FedAvg's model average, plus the Fisher sums U and V every client trains against.
+
+    Parameters
+    ----------
+    lam : Optional[float] (default: 0.01)
+        The strength of the clients' elastic penalty.
+    fisher_samples : Optional[int] (default: 256)
+        The examples per client for the Fisher diagonal at its end model.
+    fisher_mode : Optional[str] (default: "empirical")
+        "empirical" (per-sample gradients) or "batch" (squared batch mean gradient, biased).
+    fisher_comm : Optional[str] (default: "dense")
+        How u, v and U, V travel: "dense" (the paper), "fp16" or "topk".
+    fisher_q : Optional[float] (default: 0.01)
+        Under "topk", the fraction of largest u (with their v) sent.
+    fisher_every : Optional[int] (default: 1)
+        Compute and send u, v every this many rounds; U, V are kept in between.
+    theta : Optional[float] (default: None)
+        A cap on a straggler's E / s compensation.
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     extra_down = "the Fisher sums U and V"
     classification_only = "its Fisher diagonals are of the cross-entropy loss"
@@ -59,13 +80,28 @@ class Efl(FederatedStrategy):
     def __init__(
         self,
         *,
-        fisher_comm: str = "dense",
-        fisher_q: float = 0.01,
-        fisher_every: int = 1,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
+        lam: float | None = None,
+        fisher_samples: int | None = None,
+        fisher_mode: str | None = None,
+        fisher_comm: str | None = None,
+        fisher_q: float | None = None,
+        fisher_every: int | None = None,
+        theta: float | None = None,
+        **common: Unpack[Common],
     ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
+        given = {
+            "lam": lam,
+            "fisher_samples": fisher_samples,
+            "fisher_mode": fisher_mode,
+            "fisher_comm": fisher_comm,
+            "fisher_q": fisher_q,
+            "fisher_every": fisher_every,
+            "theta": theta,
+        }
+        super().__init__(settings={f"algorithm.{k}": v for k, v in given.items()}, **common)
+        algorithm = self.experiment.algorithm
+        fisher_comm, fisher_q = algorithm.fisher_comm, algorithm.fisher_q
+        fisher_every = algorithm.fisher_every
         if fisher_comm not in FISHER_COMM:
             raise ValueError(
                 f"efl fisher_comm must be one of {', '.join(FISHER_COMM)}, got {fisher_comm!r}"

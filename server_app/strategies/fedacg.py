@@ -13,32 +13,39 @@ The server evaluates w.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
+from typing import Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fl_system.experiment import Experiment
-from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 
 class FedAcg(ServerVectorStrategy):
-    """Clients start from the lookahead w + lam m; the momentum follows their average."""
+    """Clients start from the lookahead w + lam m; the momentum follows their average.
+
+    Parameters
+    ----------
+    lam : Optional[float] (default: 0.85)
+        The server momentum, in [0, 1).
+    beta : Optional[float] (default: 0.001)
+        The clients' proximal weight towards the lookahead model.
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     own_start = "the lookahead model w + lambda m"
 
     def __init__(
-        self,
-        *,
-        lam: float = 0.85,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
+        self, *, lam: float | None = None, beta: float | None = None, **common: Unpack[Common]
     ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
+        super().__init__(settings={"algorithm.lam": lam, "algorithm.beta": beta}, **common)
+        lam = self.experiment.algorithm.lam
         if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0 <= lam < 1:
             raise ValueError(f"algorithm.lam must be a number in [0, 1), got {lam!r}")
         self.lam = float(lam)

@@ -8,19 +8,36 @@ momentum m_t = beta_1 m_{t-1} + (1 - beta_1) Delta_t; Flower's `FedAdagrad` fixe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 from flwr.serverapp.strategy import FedAdagrad as FlowerFedAdagrad
 
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.fedopt import FedOpt, checked
 
 
 class FedAdagrad(FedOpt):
-    """FedAvg's clients, Adagrad on the server. Flower's defaults: eta 0.1, tau 1e-3."""
+    """FedAvg's clients, Adagrad on the server (eta 0.01, beta_1 0, tau 1e-3 by default).
+
+    Parameters
+    ----------
+    eta, eta_l, beta_1, tau : Optional[float]
+        As `FedOpt`'s; beta_1 0 is Flower's FedAdagrad (no momentum). No beta_2: v sums.
+    **common
+        The arguments every strategy takes (`FederatedStrategy`).
+    """
 
     flower_class = FlowerFedAdagrad
 
-    def __init__(self, *, beta_1: float = 0.0, **settings: Any) -> None:
-        """`settings`: FedOpt's, without beta_2."""
-        super().__init__(**settings)
-        self.optimizer.beta_1 = checked(beta_1=beta_1)["beta_1"]
+    def __init__(
+        self,
+        *,
+        eta: float | None = None,
+        eta_l: float | None = None,
+        beta_1: float | None = None,
+        tau: float | None = None,
+        **common: Unpack[Common],
+    ) -> None:
+        super().__init__(eta=eta, eta_l=eta_l, beta_1=beta_1, tau=tau, **common)
+        # Flower's FedAdagrad takes no beta_1 and its FedOpt reads the attribute
+        self.optimizer.beta_1 = checked(beta_1=self.experiment.algorithm.beta_1)["beta_1"]

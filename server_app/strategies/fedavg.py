@@ -9,7 +9,14 @@ from server_app.strategies.base import ClientReply, FederatedStrategy
 
 
 class FedAvg(FederatedStrategy):
-    """w <- sum_k p_k w_k over the round's usable replies (p_k: data size, or an add-on's)."""
+    """w <- sum_k p_k w_k over the round's usable replies (p_k: data size, or an add-on's).
+
+    Parameters
+    ----------
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     weighting = None  # data sizes, which differential privacy turns uniform
 

@@ -27,16 +27,17 @@ import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from typing import Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
 from fl_system import protocol
 from fl_system.aggregation import weighted_average
-from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan, RoundResult, RoundSteps
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.fedcat_math import ChainSchedule, copies_average, cycle_position
 from server_app.strategies.replies import arrays_like
 
@@ -46,7 +47,27 @@ _COPY = "fedcat/copy"  # checkpoint keys fedcat/copy<i>/<layer>
 
 
 class FedCat(FederatedStrategy):
-    """Chains of K model copies over count-balanced picks from K random groups."""
+    """Chains of K model copies over count-balanced picks from K random groups.
+
+    Parameters
+    ----------
+    k : Optional[int] (default: 10 % of num_clients, at least 1)
+        Copies = groups = devices per round = rounds per cycle.
+    eps : Optional[float] (default: 0.5)
+        The probability of the greedy pick (the least used device).
+    lam : Optional[int] (default: 1)
+        New random groups every lam cycles.
+    concatenate : Optional[bool] (default: True)
+        False: "FedCat w/ GC", the same picks averaged every round (no chains).
+    count_selection : Optional[bool] (default: True)
+        False: "FedCat w/ DC", k devices drawn uniformly (no groups, no counts).
+    num_rounds : Optional[int] (default: the experiment's, 5)
+        The run's rounds, a multiple of k.
+    clients_per_round : None
+        FedCat picks k devices itself; another value is refused.
+    **common
+        The arguments every strategy takes (`FederatedStrategy`), but `fraction_train`.
+    """
 
     own_start = "their chain's model copy"
     refused_addons = (
@@ -62,19 +83,32 @@ class FedCat(FederatedStrategy):
     def __init__(
         self,
         *,
-        num_clients: int,
-        num_rounds: int,
-        seed: int,
         k: int | None = None,
-        eps: float = 0.5,
-        lam: int = 1,
-        concatenate: bool = True,
-        count_selection: bool = True,
+        eps: float | None = None,
+        lam: int | None = None,
+        concatenate: bool | None = None,
+        count_selection: bool | None = None,
+        num_rounds: int | None = None,
         clients_per_round: int | None = None,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
+        **common: Unpack[Common],
     ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
+        given = {"k": k, "eps": eps, "lam": lam, "concatenate": concatenate}
+        settings = {f"algorithm.{key}": v for key, v in given.items()}
+        settings |= {
+            "algorithm.count_selection": count_selection,
+            "num_rounds": num_rounds,
+            "clients_per_round": clients_per_round,
+        }
+        super().__init__(settings=settings, **common)
+        cfg, algorithm = self.experiment, self.experiment.algorithm
+        num_clients, num_rounds, seed = int(cfg.num_clients), int(cfg.num_rounds), int(cfg.seed)
+        clients_per_round, k, eps, lam = (
+            cfg.clients_per_round,
+            algorithm.k,
+            algorithm.eps,
+            algorithm.lam,
+        )
+        concatenate, count_selection = algorithm.concatenate, algorithm.count_selection
         if clients_per_round is not None:
             raise ValueError(
                 "fedcat picks algorithm.k clients per round itself: leave clients_per_round "

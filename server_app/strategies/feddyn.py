@@ -30,41 +30,45 @@ alpha_k = alpha / (K n_k)) are not used; clipping is available on the client as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
+from typing import Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fl_system.experiment import Experiment
-from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 
 class FedDyn(ServerVectorStrategy):
-    """Uniform model average, dynamic-regulariser state h, clients start from theta_cld."""
+    """Uniform model average, dynamic-regulariser state h, clients start from theta_cld.
+    Parameters
+    ----------
+    alpha : Optional[float] (default: 0.01)
+        The dynamic regulariser's coefficient, on the clients and in h's update.
+    max_grad_norm : Optional[float] (default: None)
+        Clip the clients' local gradients at this norm (the authors' code: 10).
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     own_start = "the cloud model"
 
     def __init__(
         self,
         *,
-        alpha: float,
-        num_clients: int,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
+        alpha: float | None = None,
+        max_grad_norm: float | None = None,
+        **common: Unpack[Common],
     ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
+        settings = {"algorithm.alpha": alpha, "algorithm.max_grad_norm": max_grad_norm}
+        super().__init__(settings=settings, **common)
+        alpha, num_clients = self.experiment.algorithm.alpha, self.experiment.num_clients
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
             raise ValueError(f"feddyn alpha must be a number > 0, got {alpha!r}")
-        if (
-            isinstance(num_clients, bool)
-            or not isinstance(num_clients, int | np.integer)
-            or num_clients < 1
-        ):
-            raise ValueError(f"feddyn num_clients must be an integer >= 1, got {num_clients!r}")
         self.alpha = float(alpha)
         self.num_clients = int(num_clients)
         self.h = LayerState("feddyn/h")

@@ -27,7 +27,14 @@ from server_app.strategies.fednova_math import fednova_coefficients, fednova_upd
 
 
 class FedNova(FederatedStrategy):
-    """Server half of FedNova: normalised averaging with `aggregation_weights` as p_k."""
+    """Server half of FedNova: normalised averaging with `aggregation_weights` as p_k.
+
+    Parameters
+    ----------
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     weighting = "its local steps (normalised averaging)"
 

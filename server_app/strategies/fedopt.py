@@ -27,20 +27,21 @@ bias-corrected eta is a numpy float64), but the model and the clients' replies a
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Unpack
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy.fedopt import FedOpt as FlowerFedOpt
+from omegaconf import OmegaConf
 
-from fl_system.experiment import Experiment
 from fl_system.value_checks import Rule, non_negative_number, refusal
-from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.experiment_binding import Common
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,11 @@ class _GivenAverage(FlowerFedOpt):
 
 def flower_optimizer(flower_class: type[FlowerFedOpt], **settings: float) -> _GivenAverage:
     """An instance of Flower's `flower_class` (FedAdam, FedYogi, FedAdagrad) that steps from
-    the average it is given (`adaptive_step`) instead of averaging replies itself."""
+    the average it is given (`adaptive_step`) instead of averaging replies itself; the
+    settings it takes no argument for (FedAdagrad's beta_1) are its caller's to set."""
     stepper = type(flower_class.__name__, (flower_class, _GivenAverage), {"__module__": __name__})
-    return stepper(**settings)
+    accepted = inspect.signature(flower_class.__init__).parameters
+    return stepper(**{k: v for k, v in settings.items() if k in accepted})
 
 
 def adaptive_step(
@@ -104,7 +107,24 @@ def checked(**settings: Any) -> dict[str, float]:
 class FedOpt(FederatedStrategy):
     """FedAvg's average, then one step of a Flower adaptive optimiser on the change it makes.
 
-    Subclasses name Flower's class (`flower_class`); a setting left None is Flower's default.
+    Subclasses name Flower's class (`flower_class`); a setting left None is the algorithm's
+    (conf/algorithm/<name>.yaml).
+
+    Parameters
+    ----------
+    eta : Optional[float]
+        The server's learning rate.
+    eta_l : Optional[float]
+        The clients' learning rate: it is `train["lr"]`; another value is refused.
+    beta_1 : Optional[float]
+        The decay of the first moment m (server momentum), in [0, 1).
+    beta_2 : Optional[float]
+        The decay of the second moment v, in [0, 1) (not FedAdagrad's).
+    tau : Optional[float]
+        The adaptivity: w += eta m / (sqrt(v) + tau); larger is less adaptive.
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
     """
 
     weighting = None  # data sizes, as FedAvg's (differential privacy turns them uniform)
@@ -118,23 +138,21 @@ class FedOpt(FederatedStrategy):
         beta_1: float | None = None,
         beta_2: float | None = None,
         tau: float | None = None,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
+        **common: Unpack[Common],
     ) -> None:
-        """eta: the server's learning rate; beta_1, beta_2: the decays of m and v; tau: the
-        adaptivity (added to sqrt(v)). eta_l, the clients' learning rate, is train.lr: with
-        an experiment, another value is refused (None takes train.lr); Flower only records it."""
-        super().__init__(addons=addons, experiment=experiment)
+        given = {"eta": eta, "beta_1": beta_1, "beta_2": beta_2, "tau": tau}
+        super().__init__(settings={f"algorithm.{k}": v for k, v in given.items()}, **common)
         if eta_l is not None:
             checked(eta_l=eta_l)
-        lr = self.experiment.train.lr if self.experiment is not None else eta_l
+        lr = self.experiment.train.lr
         if eta_l is not None and eta_l != lr:
             raise ValueError(
                 f"algorithm.eta_l is the clients' learning rate, train.lr ({lr}): set "
                 f"train.lr={eta_l} instead of algorithm.eta_l"
             )
-        given = {"eta": eta, "eta_l": lr, "beta_1": beta_1, "beta_2": beta_2, "tau": tau}
-        settings = checked(**{k: v for k, v in given.items() if v is not None})
+        algorithm = self.experiment.algorithm
+        values = {k: OmegaConf.select(algorithm, k) for k in given} | {"eta_l": lr}
+        settings = checked(**{k: v for k, v in values.items() if v is not None})
         self.optimizer = flower_optimizer(self.flower_class, **settings)
 
     def summary(self) -> None:

@@ -26,7 +26,14 @@ log = logging.getLogger(__name__)
 
 
 class FoolsGold(FederatedStrategy):
-    """Cosine-to-the-mean weighted model average."""
+    """Cosine-to-the-mean weighted model average.
+
+    Parameters
+    ----------
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     weighting = "cosine-similarity weights"
     decides_from_updates = "its cosine-similarity weights"

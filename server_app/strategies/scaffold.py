@@ -18,29 +18,29 @@ The client half is `client_app/algorithms/scaffold.py`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from typing import Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
-from fl_system.experiment import Experiment
-from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 log = logging.getLogger(__name__)
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
 class Scaffold(ServerVectorStrategy):
-    """Data-size (or FedDisco) weighted model average plus the global control variate c."""
+    """Data-size (or FedDisco) weighted model average plus the global control variate c.
+    Parameters
+    ----------
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients (K,
+        c's 1/K),
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     extra_down = "the control variate c"
     extra_up = "the change of its control variate"
@@ -48,15 +48,9 @@ class Scaffold(ServerVectorStrategy):
 
     partial_work = True  # c_i uses the steps actually taken
 
-    def __init__(
-        self,
-        *,
-        num_clients: int,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
-    ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
-        self.num_clients = _positive_int("scaffold num_clients", num_clients)
+    def __init__(self, **common: Unpack[Common]) -> None:
+        super().__init__(**common)
+        self.num_clients = int(self.experiment.num_clients)  # c's 1/K: K all clients
         self.c = LayerState("scaffold/c")
         self._c_record: ArrayRecord | None = None  # c as sent this round (cached per round)
 

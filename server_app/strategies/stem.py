@@ -15,37 +15,40 @@ half is `client_app/algorithms/stem.py`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from typing import Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fl_system.aggregation import weighted_average
 from fl_system.algorithms.stem import STEM_MOMENTUM
-from fl_system.experiment import Experiment
-from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 log = logging.getLogger(__name__)
 
 
 class Stem(ServerVectorStrategy):
-    """Model and momentum averaged with the same weights."""
+    """Model and momentum averaged with the same weights.
+
+    Parameters
+    ----------
+    a : Optional[float] (default: 0.2)
+        The clients' momentum parameter alpha_t, kept constant (TACO's setting).
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     extra_down = "the averaged momentum d"
     extra_up = "its momentum d"
     classification_only = "its second gradient on every batch is of the cross-entropy loss"
     step_cost = 2.0  # a second gradient, at the previous weights, on every step's batch
 
-    def __init__(
-        self,
-        *,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
-    ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
+    def __init__(self, *, a: float | None = None, **common: Unpack[Common]) -> None:
+        super().__init__(settings={"algorithm.a": a}, **common)
         self.momentum = LayerState("stem/d")
 
     def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:

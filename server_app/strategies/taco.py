@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from typing import Unpack
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -45,10 +46,10 @@ from fl_system.algorithms.taco import (
     record_strikes,
     tailored_coefficients,
 )
-from fl_system.experiment import Experiment
 from server_app.addons import ServerAddon, StepSchedule
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
+from server_app.strategies.experiment_binding import Common
 from server_app.strategies.layer_state import LayerState, flat_uploads, float_layers
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,32 @@ INITIAL_ALPHA = 0.1  # alpha_i^0 (it never matters: u = 0 in the first round)
 
 
 class Taco(FederatedStrategy):
-    """alpha-weighted model average; strikes and expulsion for clients with alpha >= kappa."""
+    """alpha-weighted model average; strikes and expulsion for clients with alpha >= kappa.
+
+    Parameters
+    ----------
+    kappa : Optional[float] (default: 0.6)
+        A client earns a strike in a round its alpha_i >= kappa.
+    lam : Optional[int] (default: ceil(num_rounds / 5))
+        The strikes that expel a client.
+    expel : Optional[bool] (default: True)
+        False: strikes are counted and logged, nobody is expelled.
+    warmup_rounds : Optional[int] (default: 0)
+        The first rounds give no strikes.
+    gamma : Optional[float] (default: 1 / local_steps)
+        The largest local correction.
+    delta_scale : Optional[float] (default: local_steps)
+        The correction's scale (1: the paper read literally).
+    tailored_correction, tailored_aggregation : Optional[bool] (default: True)
+        False switches the local correction, or the alpha-weighted average, off (Table VI).
+    num_rounds : Optional[int] (default: the experiment's, 5)
+        The run's rounds (lam's default is a fifth of them).
+    local_steps : Optional[int]
+        K, every client's local steps a round (`train["local_steps"]`; required).
+    **common
+        The arguments every strategy takes (`FederatedStrategy`): num_clients,
+        fraction_train, num_classes, train, seed, options, experiment, addons.
+    """
 
     extra_down = "the last global update u"
     weighting = "its tailored coefficients alpha_i"
@@ -70,28 +96,38 @@ class Taco(FederatedStrategy):
     def __init__(
         self,
         *,
-        num_clients: int | None = None,
-        num_rounds: int | None = None,
-        kappa: float = 0.6,
+        kappa: float | None = None,
         lam: int | None = None,
-        expel: bool = True,
-        tailored_aggregation: bool = True,
-        local_steps: int | None = None,
+        expel: bool | None = None,
+        warmup_rounds: int | None = None,
         gamma: float | None = None,
         delta_scale: float | None = None,
-        tailored_correction: bool = True,
-        warmup_rounds: int = 0,
-        addons: Sequence[ServerAddon] | None = None,
-        experiment: Experiment | None = None,
+        tailored_correction: bool | None = None,
+        tailored_aggregation: bool | None = None,
+        num_rounds: int | None = None,
+        local_steps: int | None = None,
+        **common: Unpack[Common],
     ) -> None:
-        super().__init__(addons=addons, experiment=experiment)
-        cfg = self.experiment  # what it leaves out, the experiment has
-        if cfg is not None:
-            num_clients = int(cfg.num_clients) if num_clients is None else num_clients
-            num_rounds = int(cfg.num_rounds) if num_rounds is None else num_rounds
-            local_steps = cfg.train.local_steps if local_steps is None else local_steps
-        if num_clients is None or num_rounds is None:
-            raise ValueError("Taco needs num_clients and num_rounds (or experiment=...)")
+        given = {
+            "kappa": kappa,
+            "lam": lam,
+            "expel": expel,
+            "warmup_rounds": warmup_rounds,
+            "gamma": gamma,
+            "delta_scale": delta_scale,
+            "tailored_correction": tailored_correction,
+            "tailored_aggregation": tailored_aggregation,
+        }
+        settings = {f"algorithm.{k}": v for k, v in given.items()}
+        settings |= {"num_rounds": num_rounds, "train.local_steps": local_steps}
+        super().__init__(settings=settings, **common)
+        cfg, algorithm = self.experiment, self.experiment.algorithm
+        num_clients, num_rounds = int(cfg.num_clients), int(cfg.num_rounds)
+        local_steps, kappa, lam = cfg.train.local_steps, algorithm.kappa, algorithm.lam
+        expel, warmup_rounds = algorithm.expel, algorithm.warmup_rounds
+        gamma, delta_scale = algorithm.gamma, algorithm.delta_scale
+        tailored_correction = algorithm.tailored_correction
+        tailored_aggregation = algorithm.tailored_aggregation
         if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
             raise ValueError(f"algorithm.kappa must be a number in (0, 1], got {kappa!r}")
         if lam is None:

@@ -27,7 +27,7 @@ def test_counts_vector_gives_the_spec_weights_in_a_round() -> None:
     # Counts [[50,50,0],[10,10,10],[90,0,0]] -> KL to uniform, as the clients would report.
     d = [np.log(3) - np.log(2), 0.0, np.log(3)]
     replies = [_reply(0, 1.0, 100, d[0]), _reply(1, 2.0, 30, d[1]), _reply(2, 4.0, 90, d[2])]
-    result = aggregate(FedDisco(addons=[DiscoWeighting()]), replies)
+    result = aggregate(FedDisco(num_classes=3, addons=[DiscoWeighting()]), replies)
     arrays, metrics = result.arrays, result.metrics
     p = [0.524696, 0.295455, 0.179849]
     np.testing.assert_allclose([metrics[f"weight_{k}"] for k in range(3)], p, atol=5e-7)
@@ -46,7 +46,9 @@ def test_counts_vector_gives_the_spec_weights_in_a_round() -> None:
 def test_l1_distances_are_used_raw_unless_sum_is_asked_for(normalize_d: dict, p) -> None:
     # the same counts, L1 to uniform: 2/3, 0, 4/3
     replies = [_reply(0, 1.0, 100, 2 / 3), _reply(1, 2.0, 30, 0.0), _reply(2, 4.0, 90, 4 / 3)]
-    result = aggregate(FedDisco(addons=[DiscoWeighting(metric="l1", **normalize_d)]), replies)
+    result = aggregate(
+        FedDisco(num_classes=3, addons=[DiscoWeighting(metric="l1", **normalize_d)]), replies
+    )
     np.testing.assert_allclose([result.metrics[f"weight_{k}"] for k in range(3)], p, atol=5e-7)
 
 

@@ -127,8 +127,8 @@ def test_a_reply_with_other_layers_is_refused_before_the_update() -> None:
         ({"alpha": 0.0, "num_clients": 2}, "feddyn alpha must be a number > 0"),
         ({"alpha": -1, "num_clients": 2}, "feddyn alpha must be a number > 0"),
         ({"alpha": "0.1", "num_clients": 2}, "feddyn alpha must be a number > 0"),
-        ({"alpha": 0.1, "num_clients": 0}, "feddyn num_clients must be an integer >= 1"),
-        ({"alpha": 0.1, "num_clients": 2.0}, "feddyn num_clients must be an integer >= 1"),
+        ({"alpha": 0.1, "num_clients": 0}, "^num_clients must be a positive integer, got "),
+        ({"alpha": 0.1, "num_clients": 2.0}, "^num_clients must be a positive integer, got "),
     ],
 )
 def test_arguments_are_validated(kwargs: dict, message: str) -> None:

@@ -40,6 +40,8 @@ NEEDS = {  # what an option needs besides BASE to compose into a valid run
     },
 }
 ON_DISK = ("mnist", "fmnist", "cifar10", "cifar100", "trace")  # need files the tests lack
+# supplied by a Flower app of one's own, which fl-run refuses (tests/unit/test_app_supplied.py)
+FROM_APP = ("app",)
 
 
 def _cfg(overrides: dict) -> DictConfig:
@@ -77,7 +79,7 @@ def _walked() -> list[tuple[str, str]]:
         (group, option)
         for group, folder in groups.items()
         for option in options(CONF_DIR, folder)
-        if option not in ON_DISK
+        if option not in ON_DISK + FROM_APP
     ]
 
 

@@ -194,7 +194,7 @@ def test_a_node_is_refused_by_the_first_difference_of_its_model():
     node = NodeIdentity(partition_id=3, num_partitions=4, name="clinic-b")
 
     def reply(build):
-        content = handshake_reply(cfg, node, build, lambda: ())
+        content = handshake_reply(cfg, node, build, lambda: (), lambda: ())
         return Message(content, dst_node_id=1, message_type="query")
 
     assert check(3, reply(lambda: Plain([4], 2))) is None
@@ -203,6 +203,17 @@ def test_a_node_is_refused_by_the_first_difference_of_its_model():
     assert str(err.value) == (
         "node clinic-b: builds another model than the server: layer body.1.weight is [16, 4] "
         "torch.float32 there, [8, 4] torch.float32 here"
+    )
+
+    # model=app: the nodes' ClientApps build the model; the first node's is the reference
+    from_app = ModelCheck(OmegaConf.merge(cfg, {"model": {"name": "app", "_target_": None}}))
+    assert from_app(0, reply(lambda: Plain([4], 2))) is None
+    assert from_app(1, reply(lambda: Plain([4], 2))) is None
+    with pytest.raises(NodeRefused) as err:
+        from_app(2, reply(lambda: Plain([4], 2, width=16)))
+    assert str(err.value) == (
+        "node clinic-b: builds another model than node clinic-b: layer body.1.weight is "
+        "[16, 4] torch.float32 there, [8, 4] torch.float32 here"
     )
 
     def missing():

@@ -48,7 +48,8 @@ def test_algorithms_build_both_halves(name: str) -> None:
     assert len(strategy.addons) == len(build_client_addons(cfg))
 
 
-@pytest.mark.parametrize("name", _options("model"))
+# model=app and dataset=app: a Flower app of one's own supplies them (test_app_supplied.py)
+@pytest.mark.parametrize("name", [m for m in _options("model") if m != "app"])
 def test_models_build_for_their_inputs(name: str) -> None:
     dataset = "synthetic" if name in ("mlp", "custom") else "cifar10"
     own = ["model._target_=fl_system.models.MLP"] if name == "custom" else []  # any module
@@ -58,7 +59,7 @@ def test_models_build_for_their_inputs(name: str) -> None:
     assert model(torch.from_numpy(x)).shape == (2, cfg.dataset.num_classes)
 
 
-@pytest.mark.parametrize("name", _options("dataset"))
+@pytest.mark.parametrize("name", [d for d in _options("dataset") if d != "app"])
 def test_datasets_build_and_describe_their_data(name: str) -> None:
     if name in KINDS:  # data the nodes hold: the task gives the model its sizes
         extra = {"table": "dataset.features={a:float,b:[x,y]}", "npz": "dataset.input_shape=[3]"}

@@ -1,0 +1,69 @@
+"""The replies of the clients an attack study plays: freeloaders and malicious clients.
+
+`clients.freeloaders` train nothing and reply as if they had; `clients.malicious` train, then
+send a hostile or broken reply in place of their model (fl_system.freeloaders, .malicious).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+from client_app.incoming import Incoming
+from client_app.trainer import TrainSettings, batches
+from fl_system import protocol
+from fl_system.freeloaders import freeload
+from fl_system.malicious import tamper
+from fl_system.seeding import derive_seed
+
+_FREELOADER_SEED = 0xF4EE  # a noise freeloader's draws
+_FREELOADER_STATE = "freeloader-last-global"  # ClientState: the global model received last
+
+
+def freeloader_reply(got: Incoming) -> tuple[MetricRecord, RecordDict]:
+    """clients.freeloaders: no training; the model of the configured kind goes back with the
+    metrics an honest client would send (its data size and step count, no loss)."""
+    cfg, node = got.cfg, got.node
+    received = {k: v.numpy() for k, v in got.model.state_dict().items()}
+    previous = got.state.load(_FREELOADER_STATE)
+    rng = np.random.default_rng(
+        derive_seed(cfg.seed, got.server_round, node.partition_id, _FREELOADER_SEED)
+    )
+    reply = freeload(
+        str(cfg.clients.freeloaders.kind),
+        received,
+        None if previous is None else {k: previous[k].numpy() for k in previous},
+        rng,
+    )
+    got.state.save(_FREELOADER_STATE, ArrayRecord(got.model.state_dict()))
+    got.model.load_state_dict({k: torch.as_tensor(v) for k, v in reply.items()})
+    settings = TrainSettings.for_message(cfg.train, got.config)
+    n = len(got.data[1])
+    steps = sum(1 for _ in batches(n, settings, torch.Generator()))  # what it claims
+    metrics = MetricRecord(
+        {
+            protocol.PARTITION_ID: node.partition_id,
+            protocol.NUM_EXAMPLES: n,
+            protocol.NUM_STEPS: steps,
+            protocol.COMPUTE_SECONDS: 0.0,
+        }
+    )
+    return metrics, RecordDict()
+
+
+def tampered_reply(got: Incoming, metrics: MetricRecord) -> RecordDict:
+    """clients.malicious: the reply of the configured kind in place of the trained model (sent
+    uncompressed: validation allows malicious clients only with compression.up=none)."""
+    settings = got.cfg.clients.malicious
+    received = got.received.array_records[protocol.ARRAYS]
+    layers, claimed = tamper(
+        str(settings.kind),
+        {k: v.numpy() for k, v in got.model.state_dict().items()},
+        {k: received[k].numpy() for k in received},
+        int(metrics[protocol.NUM_EXAMPLES]),
+        scale=float(settings.scale),
+    )
+    metrics[protocol.NUM_EXAMPLES] = claimed
+    arrays = ArrayRecord({k: Array(v) for k, v in layers.items()})
+    return RecordDict({protocol.ARRAYS: arrays, protocol.METRICS: metrics})

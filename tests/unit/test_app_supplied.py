@@ -1,0 +1,56 @@
+"""dataset=app and model=app: what a Flower app of one's own supplies, and fl-run refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from client_app.sources import as_labelled
+from fl_system.app_supplied import refuse_in_fl_run
+from fl_system.compose import compose_experiment
+from fl_system.data.files import DataError
+from fl_system.experiment import build_model
+from fl_system.validation import ConfigError
+
+
+def test_fl_run_refuses_what_an_app_of_ones_own_supplies() -> None:
+    with pytest.raises(ConfigError) as err:
+        refuse_in_fl_run(compose_experiment(["dataset=app", "dataset.num_classes=3"]))
+    assert str(err.value) == (
+        "dataset=app is for a Flower app of your own (client_app.make_client_app); fl-run reads "
+        "each node's data and builds the model itself: dataset=images|table|hf|npz with "
+        "runtime.node_data, or a shipped dataset"
+    )
+    cfg = compose_experiment(["model=app"])
+    with pytest.raises(ConfigError, match=r"^model=app is for a Flower app of your own"):
+        refuse_in_fl_run(cfg)
+    with pytest.raises(ConfigError, match=r"^model=app: each node's ClientApp builds the model"):
+        build_model(cfg)
+
+
+def test_disco_needs_the_number_of_labels_of_data_the_app_loads() -> None:
+    with pytest.raises(ConfigError, match=r"^FedDisco's label distributions need the number"):
+        compose_experiment(["dataset=app", "algorithm=feddisco"])
+    with pytest.raises(ConfigError, match=r"^num_classes must be an integer >= 2, got 1$"):
+        compose_experiment(["dataset=app", "dataset.num_classes=1"])
+    assert compose_experiment(["dataset=app", "algorithm=scaffold"]).dataset.num_classes is None
+
+
+def test_a_loaders_part_becomes_records_and_labels_whatever_its_form() -> None:
+    x = np.arange(24, dtype=np.float64).reshape(6, 2, 2)
+    y = np.array([0, 1, 2, 0, 1, 2])
+    tensors = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    for part in ((x, y), (torch.from_numpy(x), torch.from_numpy(y)), tensors):
+        got_x, got_y = as_labelled(part, "train")
+        assert got_x.dtype == np.float32 and got_y.dtype == np.int64
+        np.testing.assert_array_equal(got_x, x.astype(np.float32))
+        np.testing.assert_array_equal(got_y, y)
+    loader = DataLoader(tensors, batch_size=4, shuffle=False)
+    np.testing.assert_array_equal(as_labelled(loader, "train")[1], y)
+    dicts = DataLoader([{"img": x[i], "label": y[i]} for i in range(6)], batch_size=4)
+    with pytest.raises(DataError, match=r"yields dict, not \(x, y\)"):
+        as_labelled(dicts, "train")
+    with pytest.raises(DataError, match=r"^load_data's test part has 6 records and 5 labels$"):
+        as_labelled((x, y[:5]), "test")
