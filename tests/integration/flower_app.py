@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-README_SECTION = "## Use a strategy in your own Flower app"
+README_SECTION = "## Use fl_system's algorithms in your own Flower app"
 
 # Runs every case of cases.json next to it with Flower's `Strategy.start` and writes each
 # one's central accuracy per round, its strategy's base classes, its rounds and the keys of its
@@ -91,13 +91,20 @@ with warnings.catch_warnings():
 """
 
 
-def readme_server_app() -> str:
-    """The first Python block of the README's section on one's own Flower app."""
+def readme_block(name: str) -> str:
+    """The README's Python block for `my_app/<name>` in its section on one's own Flower app
+    (each block opens with a docstring naming its file)."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index(README_SECTION) :]
-    found = re.search(r"```python\n(.*?)```", section, flags=re.S)
-    assert found is not None, "the README's Flower app section has no Python block"
-    return found.group(1)
+    for block in re.findall(r"```python\n(.*?)```", section, flags=re.S):
+        if block.startswith(f'"""my_app/{name}'):
+            return block
+    raise AssertionError(f"the README's Flower app section has no block for my_app/{name}")
+
+
+def readme_server_app() -> str:
+    """The README's ServerApp on an experiment fl_system composes, word for word."""
+    return readme_block("server_app.py: FedDisco on an experiment")
 
 
 def write_app(root: Path, server_app: str) -> Path:
