@@ -43,6 +43,7 @@ class NodeRegistry:
         self._num_partitions = num_partitions
         self.partition_of: dict[int, int] = {}
         self._rejected: set[int] = set()  # nodes whose handshake failed or clashed
+        self._failed: dict[int, str] = {}  # node -> why its ClientApp failed the handshake
         self.excluded: set[int] = set()  # partitions whose data the run left out
         self._bytes_up = 0
         self._bytes_down = 0
@@ -88,6 +89,7 @@ class NodeRegistry:
                 if not nodes:
                     raise RunFailed("every node's data was left out: nothing is left to train")
                 return nodes
+            self._stop_if_every_node_failed(count)
             now = time.monotonic()
             if now >= deadline:
                 online = len(self._grid.get_node_ids())
@@ -106,12 +108,24 @@ class NodeRegistry:
                 last_report = now
             time.sleep(1.0)
 
+    def _stop_if_every_node_failed(self, count: int) -> None:
+        """Enough SuperNodes, and the ClientApp of every one failed the handshake: the app
+        itself is broken (its code, its data loading), and waiting would not mend it."""
+        online = set(self._grid.get_node_ids())
+        failed = [self._failed[n] for n in sorted(online) if n in self._failed]
+        if len(online) >= count and len(failed) == len(online):
+            raise RunFailed(
+                f"the ClientApp failed the handshake on all {len(online)} SuperNodes: "
+                f"{failed[0]} (each node's log has its traceback)"
+            )
+
     def _handshake(self, node_ids: list[int], timeout: float) -> None:
         for reply in self._ask(node_ids, timeout):
             node = reply.metadata.src_node_id
             if reply.has_error():
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)
                 self._rejected.add(node)
+                self._failed[node] = str(reply.error.reason)
                 continue
             metrics = reply.content.metric_records[protocol.METRICS]
             pid = int(metrics[protocol.PARTITION_ID])

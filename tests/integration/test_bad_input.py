@@ -134,7 +134,7 @@ def test_bad_values(args: list[str], expected: str, tmp_path: Path, cli_env) -> 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["dataset=nonesuch"], "dataset=nonesuch: no such option; choose one of cifar10,"),
+        (["dataset=nonesuch"], "dataset=nonesuch: no such option; choose one of app, cifar10,"),
         (["algorithm=nonesuch"], "algorithm=nonesuch: no such option; choose one of efl,"),
         (["partition.alpha=-1"], "partition.alpha: partition=iid has no setting 'alpha'"),
         (["num_rounds=1=2"], "num_rounds=1=2: Hydra cannot read this override"),

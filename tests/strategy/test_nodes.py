@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import pytest
-from flwr.app import Message, MetricRecord, RecordDict
+from flwr.app import Error, Message, MetricRecord, RecordDict
 
 from fl_system import protocol
 from server_app import nodes
 from server_app.nodes import NodeRegistry
+from server_app.rounds import RunFailed
 
 
 class ScriptedGrid:
@@ -112,3 +113,23 @@ def test_too_few_supernodes_are_counted_and_the_setting_named(monkeypatch) -> No
         "num_clients=2 (or clients_per_round), or start more SuperNodes (Flower's simulation: "
         "options.num-supernodes)"
     )
+
+
+def test_a_clientapp_failing_on_every_node_stops_the_wait_with_its_error(monkeypatch) -> None:
+    reason = "<class 'DataError'>:<'load_data must return (train, test), got int'>"
+
+    def failing(msg: Message) -> Message:
+        return Message(Error(code=0, reason=reason), reply_to=msg)
+
+    monkeypatch.setattr(nodes.time, "sleep", lambda _: None)
+    grid = ScriptedGrid({11, 22}, failing)
+    with pytest.raises(RunFailed) as err:
+        NodeRegistry(grid, "{}", num_partitions=2).wait_for(2, timeout=600)
+    assert str(err.value) == (
+        f"the ClientApp failed the handshake on all 2 SuperNodes: {reason} (each node's log "
+        "has its traceback)"
+    )
+    # while some node may still join healthy, the wait goes on to its timeout
+    grid = ScriptedGrid({11, 22}, failing)
+    with pytest.raises(TimeoutError):
+        NodeRegistry(grid, "{}", num_partitions=3).wait_for(3, timeout=0.01)
