@@ -130,8 +130,9 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
 
 def test_a_client_with_an_unregistered_key_is_rejected(federation: Federation) -> None:
     stranger_key = federation.stranger / "supernode-0.key"
-    # 12 s: two attempts, 5 s apart, then the countdown ends
-    proc, log = federation.client("client-c", 1, "--connect-timeout", "12", key=stranger_key)
+    # 20 s: attempts 5 s apart, then the countdown ends (12 s left no second attempt when the
+    # first took over 7 s, on a loaded machine)
+    proc, log = federation.client("client-c", 1, "--connect-timeout", "20", key=stranger_key)
     assert proc.wait(timeout=120) == 2
     text = log.read_text()
     # keys may still be registering when a SuperLink's ports open: retried, then given up
