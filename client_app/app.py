@@ -149,6 +149,8 @@ def _handshake(msg: Message, context: Context, sources: Sources) -> Message:
     context.state[STATE] = ConfigRecord({protocol.RUN_CONFIG: config_json})
     node = NodeIdentity.from_context(context)
     cfg = config_from_json(config_json)
+    if sources.load_at_handshake:
+        sources.training(cfg, node)
     content = handshake_reply(
         cfg,
         node,

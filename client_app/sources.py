@@ -33,6 +33,9 @@ class Sources:
     """How a node builds the model and reads its training and test records."""
 
     model: Callable[[DictConfig], nn.Module]
+    # read the node's data at the handshake: one's own loader's errors then stop the run
+    # before round 1 (the server stops when every node's ClientApp raised)
+    load_at_handshake: bool
     training: Callable[..., Labelled]  # (cfg, node, *, normalise=True): normalise=False reads
     # a node's own files as they are (the handshake, before federated moments are known)
     test: Callable[[DictConfig, NodeIdentity], Labelled]
@@ -58,7 +61,7 @@ def _refuse_app_data(cfg: DictConfig) -> None:
         )
 
 
-CONFIGURED = Sources(build_model, _configured_training, _configured_test)
+CONFIGURED = Sources(build_model, False, _configured_training, _configured_test)
 
 
 def own_sources(
@@ -69,6 +72,7 @@ def own_sources(
     pickles the ClientApp into its workers)."""
     return Sources(
         build_model if build is None else functools.partial(_own_model, build),
+        load_data is not None,
         _configured_training if load_data is None else functools.partial(_own_part, load_data, 0),
         _configured_test if load_data is None else functools.partial(_own_part, load_data, 1),
     )

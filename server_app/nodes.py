@@ -8,10 +8,12 @@ keys all per-client state by partition id.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from fl_system import protocol
@@ -20,6 +22,8 @@ from server_app.rounds import RunFailed
 
 log = logging.getLogger(__name__)
 
+# the node's ClientApp could not be loaded, or raised: its code or its data, not the network
+_APP_FAILED = (ErrorCode.LOAD_CLIENT_APP_EXCEPTION, ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
 PROBE_SECONDS = 15.0  # how long a partition's holder has to prove it is alive
 NOTICE_SECONDS = 10.0  # how long to wait for a turned-away node to take note
 
@@ -43,7 +47,7 @@ class NodeRegistry:
         self._num_partitions = num_partitions
         self.partition_of: dict[int, int] = {}
         self._rejected: set[int] = set()  # nodes whose handshake failed or clashed
-        self._failed: dict[int, str] = {}  # node -> why its ClientApp failed the handshake
+        self._failed: dict[int, str] = {}  # node -> why its ClientApp raised at the handshake
         self.excluded: set[int] = set()  # partitions whose data the run left out
         self._bytes_up = 0
         self._bytes_down = 0
@@ -125,7 +129,8 @@ class NodeRegistry:
             if reply.has_error():
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)
                 self._rejected.add(node)
-                self._failed[node] = str(reply.error.reason)
+                if reply.error.code in _APP_FAILED:
+                    self._failed[node] = _raised(str(reply.error.reason))
                 continue
             metrics = reply.content.metric_records[protocol.METRICS]
             pid = int(metrics[protocol.PARTITION_ID])
@@ -187,3 +192,10 @@ class NodeRegistry:
         self._bytes_down += traffic.bytes_down
         self._bytes_up += traffic.bytes_up
         return traffic.replies
+
+
+def _raised(reason: str) -> str:
+    """The error a ClientApp raised, from Flower's reason for it: one line, or, from the
+    simulation's Ray workers, a whole traceback whose first exception is the one raised."""
+    found = re.search(r"^(?:\w+\.)*\w+(?:Error|Exception): .+$", reason, flags=re.M)
+    return found.group(0) if found else (reason.strip().splitlines() or [""])[0]

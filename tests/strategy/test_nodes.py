@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 from flwr.app import Error, Message, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 
 from fl_system import protocol
 from server_app import nodes
@@ -119,7 +120,12 @@ def test_a_clientapp_failing_on_every_node_stops_the_wait_with_its_error(monkeyp
     reason = "<class 'DataError'>:<'load_data must return (train, test), got int'>"
 
     def failing(msg: Message) -> Message:
-        return Message(Error(code=0, reason=reason), reply_to=msg)
+        return Message(
+            Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg
+        )
+
+    def unavailable(msg: Message) -> Message:
+        return Message(Error(code=ErrorCode.NODE_UNAVAILABLE, reason="gone"), reply_to=msg)
 
     monkeypatch.setattr(nodes.time, "sleep", lambda _: None)
     grid = ScriptedGrid({11, 22}, failing)
@@ -129,7 +135,22 @@ def test_a_clientapp_failing_on_every_node_stops_the_wait_with_its_error(monkeyp
         f"the ClientApp failed the handshake on all 2 SuperNodes: {reason} (each node's log "
         "has its traceback)"
     )
-    # while some node may still join healthy, the wait goes on to its timeout
+    # Flower's simulation (Ray) gives the traceback: the exception raised is what is said
+    traceback = (
+        "<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::ClientAppActor.run()\n"
+        'Traceback (most recent call last):\n  File "task.py", line 28, in load_data\n'
+        "FileNotFoundError: /data/site-a/digits.npz\n\nThe above exception was the direct "
+        "cause of the following exception:\nflwr.clientapp.client_app.ClientAppException: \n'>"
+    )
+    reason = traceback
     grid = ScriptedGrid({11, 22}, failing)
-    with pytest.raises(TimeoutError):
-        NodeRegistry(grid, "{}", num_partitions=3).wait_for(3, timeout=0.01)
+    with pytest.raises(
+        RunFailed, match=r"SuperNodes: FileNotFoundError: /data/site-a/digits.npz \("
+    ):
+        NodeRegistry(grid, "{}", num_partitions=2).wait_for(2, timeout=600)
+    # while some node may still join healthy, or the nodes are unreachable (they may come
+    # back), the wait goes on to its timeout
+    for answer, count in ((failing, 3), (unavailable, 2)):
+        grid = ScriptedGrid({11, 22}, answer)
+        with pytest.raises(TimeoutError):
+            NodeRegistry(grid, "{}", num_partitions=count).wait_for(count, timeout=0.01)

@@ -54,3 +54,32 @@ def test_a_loaders_part_becomes_records_and_labels_whatever_its_form() -> None:
         as_labelled(dicts, "train")
     with pytest.raises(DataError, match=r"^load_data's test part has 6 records and 5 labels$"):
         as_labelled((x, y[:5]), "test")
+
+
+def test_ones_own_loader_fails_at_the_handshake_not_in_round_1() -> None:
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from torch import nn
+
+    from client_app.app import make_client_app
+    from fl_system import protocol
+    from fl_system.config_nodes import config_to_json
+
+    def missing(partition_id: int, num_partitions: int):
+        raise FileNotFoundError(f"/data/site-{partition_id}/digits.npz")
+
+    app = make_client_app(load_data=missing, build_model=lambda: nn.Linear(64, 10))
+    cfg = compose_experiment(["dataset=app", "model=app", "algorithm=scaffold"])
+    handshake = Message(
+        RecordDict({protocol.CONFIG: ConfigRecord({protocol.RUN_CONFIG: config_to_json(cfg)})}),
+        dst_node_id=7,
+        message_type=protocol.HANDSHAKE,
+    )
+    context = Context(
+        run_id=1,
+        node_id=7,
+        node_config={"partition-id": 1, "num-partitions": 2},
+        state=RecordDict(),
+        run_config={},
+    )
+    with pytest.raises(FileNotFoundError, match=r"/data/site-1/digits\.npz"):
+        app(handshake, context)
