@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,19 +108,31 @@ def readme_server_app() -> str:
     return readme_block("server_app.py: FedDisco on an experiment")
 
 
-def write_app(root: Path, server_app: str) -> Path:
-    """A Flower app directory whose ServerApp is `server_app` and ClientApp is ours."""
+def write_app(
+    root: Path,
+    server_app: str,
+    *,
+    modules: Mapping[str, str] | None = None,
+    serverapp: str = "my_app.server_app:app",
+    clientapp: str = "client_app.app:app",
+    config: str = 'cases-file = ""',
+) -> Path:
+    """A Flower app directory: my_app/server_app.py is `server_app`, my_app/<name> each of
+    `modules`; its components `serverapp` and `clientapp` (ours by default), its run `config`
+    (TOML lines)."""
     (root / "my_app").mkdir(parents=True, exist_ok=True)
     (root / "my_app" / "__init__.py").write_text("")
     (root / "my_app" / "server_app.py").write_text(server_app)
+    for name, text in (modules or {}).items():
+        (root / "my_app" / name).write_text(text)
     (root / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
         '[project]\nname = "my-app"\nversion = "1.0.0"\ndependencies = []\n\n'
         '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
         '[tool.flwr.app]\npublisher = "me"\n\n'
         "[tool.flwr.app.components]\n"
-        'serverapp = "my_app.server_app:app"\nclientapp = "client_app.app:app"\n\n'
-        '[tool.flwr.app.config]\ncases-file = ""\n'
+        f'serverapp = "{serverapp}"\nclientapp = "{clientapp}"\n\n'
+        f"[tool.flwr.app.config]\n{config}\n"
     )
     return root
 

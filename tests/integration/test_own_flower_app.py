@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
-from tests.integration.flower_app import readme_block
+from tests.integration.flower_app import readme_block, write_app
 
 pytestmark = pytest.mark.integration
 
@@ -66,21 +66,15 @@ def main(grid: Grid, context: Context) -> None:
 
 def _app(root: Path, serverapp: str) -> Path:
     """The README's app files, with `serverapp` as its ServerApp component."""
-    (root / "my_app").mkdir(parents=True)
-    (root / "my_app" / "__init__.py").write_text("")
-    for name in ("task.py", "client_app.py", "server_app.py"):
-        (root / "my_app" / name).write_text(readme_block(name))
-    (root / "my_app" / "three.py").write_text(THREE)
-    (root / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
-        '[project]\nname = "my-app"\nversion = "1.0.0"\ndependencies = []\n\n'
-        '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
-        '[tool.flwr.app]\npublisher = "me"\n\n'
-        "[tool.flwr.app.components]\n"
-        f'serverapp = "{serverapp}"\nclientapp = "my_app.client_app:app"\n\n'
-        '[tool.flwr.app.config]\nalgorithm = "scaffold"\nresults-file = ""\n'
+    return write_app(
+        root,
+        readme_block("server_app.py"),
+        modules={name: readme_block(name) for name in ("task.py", "client_app.py")}
+        | {"three.py": THREE},
+        serverapp=serverapp,
+        clientapp="my_app.client_app:app",
+        config='algorithm = "scaffold"\nresults-file = ""',
     )
-    return root
 
 
 def _flwr_run(app: Path, env: dict[str, str], *config: str) -> subprocess.CompletedProcess[str]:
