@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, Error, Message, Metadata
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from fl_system import flwr_hooks, wire
@@ -48,6 +49,11 @@ class Traffic:
 
 
 REPLY_TOO_LARGE = 413  # Error.code of a reply refused for its size
+# What the SuperLink's "node unavailable" means: the server cannot tell which of these it was
+NODE_LEFT = (
+    "no reply: the node left the federation before it replied (it stopped, lost its "
+    "connection, or its key was unregistered)"
+)
 
 
 def exchange(
@@ -128,7 +134,10 @@ def _attributed(reply: Message, sent_to: dict[str, int]) -> Message:
     node = sent_to.get(reply.metadata.reply_to_message_id)
     if not reply.has_error() or node is None or reply.metadata.src_node_id == node:
         return reply
-    return Message(metadata=_copy(reply.metadata, src_node_id=node), error=reply.error)
+    error = reply.error
+    if error.code == ErrorCode.NODE_UNAVAILABLE:  # Flower's reason says "missed a heartbeat"
+        error = Error(error.code, NODE_LEFT)  # even for a node whose key was unregistered
+    return Message(metadata=_copy(reply.metadata, src_node_id=node), error=error)
 
 
 def _copy(md: Metadata, **changes: int) -> Metadata:

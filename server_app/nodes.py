@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
@@ -26,6 +27,20 @@ log = logging.getLogger(__name__)
 _APP_FAILED = (ErrorCode.LOAD_CLIENT_APP_EXCEPTION, ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
 PROBE_SECONDS = 15.0  # how long a partition's holder has to prove it is alive
 NOTICE_SECONDS = 10.0  # how long to wait for a turned-away node to take note
+# A node left out (its handshake failed, or it was turned away) is asked again this long
+# after, the wait doubling each time the same node is left out again up to RETRY_MAX_SECONDS:
+# with SuperNode authentication a restarted node keeps its id, so its return looks like
+# nothing happened, and a node whose reply was lost (it was down) is back within a round.
+RETRY_SECONDS = 10.0
+RETRY_MAX_SECONDS = 160.0
+
+
+@dataclass
+class LeftOut:
+    """A node the run does not use (yet): when to ask it again, and how long the wait was."""
+
+    ask_at: float
+    wait: float = RETRY_SECONDS
 
 
 class NodeRegistry:
@@ -46,7 +61,8 @@ class NodeRegistry:
         self._config_json = run_config_json
         self._num_partitions = num_partitions
         self.partition_of: dict[int, int] = {}
-        self._rejected: set[int] = set()  # nodes whose handshake failed or clashed
+        self._left_out: dict[int, LeftOut] = {}  # nodes whose handshake failed or clashed
+        self._held: set[int] = set()  # partitions some node has held in this run
         self._failed: dict[int, str] = {}  # node -> why its ClientApp raised at the handshake
         self.excluded: set[int] = set()  # partitions whose data the run left out
         self._bytes_up = 0
@@ -57,7 +73,15 @@ class NodeRegistry:
         online = set(self._grid.get_node_ids())
         for gone in set(self.partition_of) - online:
             log.warning("node %d (partition %d) left", gone, self.partition_of.pop(gone))
-        new = sorted(online - set(self.partition_of) - self._rejected)
+        for gone in set(self._left_out) - online:  # asked at once when it comes back
+            del self._left_out[gone]
+            self._failed.pop(gone, None)
+        now = time.monotonic()
+        new = sorted(
+            n
+            for n in online - set(self.partition_of)
+            if n not in self._left_out or self._left_out[n].ask_at <= now
+        )
         if new:
             self._handshake(new, timeout)
         return dict(self.partition_of)
@@ -128,7 +152,7 @@ class NodeRegistry:
             node = reply.metadata.src_node_id
             if reply.has_error():
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)
-                self._rejected.add(node)
+                self._leave_out(node)
                 if reply.error.code in _APP_FAILED:
                     self._failed[node] = _raised(str(reply.error.reason))
                 continue
@@ -158,19 +182,34 @@ class NodeRegistry:
                 log.warning("partition %d moves from silent node %d to node %d", pid, holder, node)
                 del self.partition_of[holder]
             self.partition_of[node] = pid
+            self._left_out.pop(node, None)
+            self._failed.pop(node, None)
+            log.info(
+                "node %d %s partition %d",
+                node,
+                "returns with" if pid in self._held else "joins as",
+                pid,
+            )
+            self._held.add(pid)
             if self._on_join is not None:
                 self._on_join(pid, metrics)
 
     def _turn_away(self, node: int, reason: str) -> None:
         """Leave the node out of this run and tell it why (its operator sees the reason)."""
         log.error("node %d turned away: %s", node, reason)
-        self._rejected.add(node)
+        self._leave_out(node)
         notice = Message(
             content=RecordDict({protocol.CONFIG: ConfigRecord({protocol.REASON: reason})}),
             dst_node_id=node,
             message_type=protocol.TURN_AWAY,
         )
         exchange(self._grid, [notice], timeout=NOTICE_SECONDS)
+
+    def _leave_out(self, node: int) -> None:
+        """Ask `node` again after a wait that doubles while it is left out each time."""
+        before = self._left_out.get(node)
+        wait = RETRY_SECONDS if before is None else min(2 * before.wait, RETRY_MAX_SECONDS)
+        self._left_out[node] = LeftOut(time.monotonic() + wait, wait)
 
     def _answers(self, node_id: int) -> bool:
         """Whether a node still replies: a restarted SuperNode's old id lingers until its

@@ -14,6 +14,8 @@ from flwr.app import (
     Metadata,
     RecordDict,
 )
+from flwr.common.constant import ErrorCode
+from flwr.server.superlink.linkstate.utils import NODE_UNAVAILABLE_ERROR_REASON
 
 from fl_system import wire
 from server_app.exchange import REPLY_TOO_LARGE, exchange
@@ -68,6 +70,23 @@ def test_an_error_for_an_unavailable_node_is_attributed_to_that_node() -> None:
     assert reply.has_error() and reply.error.reason == "Node Unavailable"
     assert reply.metadata.src_node_id == 815
     assert reply.metadata.reply_to_message_id == "m1"
+
+
+def test_node_unavailable_is_said_as_the_node_leaving_not_as_a_missed_heartbeat() -> None:
+    """The SuperLink writes the same "node unavailable" error for a node whose key was
+    unregistered as for one that died: the reason says what the server knows, nothing more."""
+    grid = _Grid()
+    metadata = _reply_metadata("m0", SUPERLINK)
+    unavailable = Error(ErrorCode.NODE_UNAVAILABLE, NODE_UNAVAILABLE_ERROR_REASON)
+    assert "heartbeat" in NODE_UNAVAILABLE_ERROR_REASON  # Flower's reason
+    grid.replies = [Message(metadata=metadata, error=unavailable)]
+    (reply,) = exchange(grid, [_sent(4711)], timeout=0.05).replies
+    assert reply.metadata.src_node_id == 4711
+    assert reply.error.code == ErrorCode.NODE_UNAVAILABLE
+    assert reply.error.reason == (
+        "no reply: the node left the federation before it replied (it stopped, lost its "
+        "connection, or its key was unregistered)"
+    )
 
 
 def _reply_to(reply_to: str, node: int, floats: int) -> Message:

@@ -70,7 +70,7 @@ def test_a_second_node_with_a_held_partition_is_turned_away_and_told_why() -> No
         33: "partition-id 1 is already held by live node 22 (each SuperNode needs its own "
         "partition-id)"
     }
-    # a turned-away node is not asked again
+    # a turned-away node is not asked again before its wait is over
     sent = len(grid.sent)
     assert registry.refresh(timeout=5) == {11: 0, 22: 1}
     assert len(grid.sent) == sent
@@ -154,3 +154,84 @@ def test_a_clientapp_failing_on_every_node_stops_the_wait_with_its_error(monkeyp
         grid = ScriptedGrid({11, 22}, answer)
         with pytest.raises(TimeoutError):
             NodeRegistry(grid, "{}", num_partitions=count).wait_for(count, timeout=0.01)
+
+
+class Clock:
+    """time.monotonic and time.sleep for the registry, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_node_whose_handshake_was_lost_is_asked_again_and_taken_back(monkeypatch) -> None:
+    """With SuperNode authentication a restarted node keeps its id: the node that was down when
+    the run handshaked it (the SuperLink answered "node unavailable") is asked again once
+    RETRY_SECONDS have passed, and joins; the wait doubles while it stays unreachable."""
+    clock = Clock()
+    monkeypatch.setattr(nodes, "time", clock)
+    down = {22}
+
+    def answer(msg: Message) -> Message:
+        if msg.metadata.dst_node_id in down:
+            return Message(Error(code=ErrorCode.NODE_UNAVAILABLE, reason="gone"), reply_to=msg)
+        return nodes_claiming({11: 0, 22: 1})(msg)
+
+    grid = ScriptedGrid({11, 22}, answer)
+    registry = NodeRegistry(grid, "{}", num_partitions=2)
+    asked = []
+
+    def refresh_at(t: float) -> dict[int, int]:
+        clock.now = 1000.0 + t
+        before = len(grid.sent)
+        got = registry.refresh(timeout=5)
+        asked.append((t, sorted(m.metadata.dst_node_id for m in grid.sent[before:])))
+        return got
+
+    assert refresh_at(0) == {11: 0}
+    assert refresh_at(9.9) == {11: 0}  # within its wait: not asked
+    assert refresh_at(10) == {11: 0}  # asked again, still down: the wait doubles to 20 s
+    assert refresh_at(29.9) == {11: 0}
+    down.clear()  # node 22 is back with the same id
+    assert refresh_at(30) == {11: 0, 22: 1}
+    assert asked == [(0, [11, 22]), (9.9, []), (10, [22]), (29.9, []), (30, [22])]
+    assert nodes.RETRY_SECONDS == 10.0
+
+
+def test_a_node_left_out_that_goes_offline_is_asked_at_once_when_it_returns(monkeypatch):
+    """A turned-away node (a partition clash) that leaves and comes back with the same id,
+    its command corrected, is handshaked as soon as it is online again."""
+    clock = Clock()
+    monkeypatch.setattr(nodes, "time", clock)
+    claims = {11: 0, 22: 0}
+    grid = ScriptedGrid({11, 22}, nodes_claiming(claims))
+    registry = NodeRegistry(grid, "{}", num_partitions=2)
+    assert registry.refresh(timeout=5) == {11: 0}
+    assert set(_notices(grid)) == {22}
+    grid.node_ids = {11}  # its fl-client stopped on the notice
+    assert registry.refresh(timeout=5) == {11: 0}
+    grid.node_ids, claims[22] = {11, 22}, 1  # restarted with --partition-id 1, 1 s later
+    clock.now += 1
+    assert registry.refresh(timeout=5) == {11: 0, 22: 1}
+
+
+def test_joins_and_returns_are_logged_with_node_and_partition(caplog) -> None:
+    grid = ScriptedGrid({11, 22}, nodes_claiming({11: 0, 22: 1, 44: 1}))
+    registry = NodeRegistry(grid, "{}", num_partitions=2)
+    with caplog.at_level("INFO", logger=nodes.__name__):
+        registry.refresh(timeout=5)
+        grid.node_ids = {11}
+        registry.refresh(timeout=5)
+        grid.node_ids = {11, 44}
+        registry.refresh(timeout=5)
+    assert [r.getMessage() for r in caplog.records] == [
+        "node 11 joins as partition 0",
+        "node 22 joins as partition 1",
+        "node 22 (partition 1) left",
+        "node 44 returns with partition 1",
+    ]
