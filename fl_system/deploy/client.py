@@ -39,9 +39,10 @@ from fl_system.deploy.checks import (
 )
 from fl_system.flwr_hooks import MIN_HEARTBEAT, REFUSED_LOG
 from fl_system.launch.processes import free_port, tool_env
-from fl_system.supernode.node import HEARTBEAT_ENV
+from fl_system.supernode.node import HEARTBEAT_ENV, SUPERVISOR_ENV
 
-# The SuperLink does not know this node's key. A SuperLink opens its ports a moment before
+# The SuperLink does not know this node's key, or a node with this key is still online (one
+# killed holds it until its heartbeats lapse). A SuperLink opens its ports a moment before
 # fl-server has registered the keys, so this is retried until --connect-timeout runs out.
 UNKNOWN_KEY = "Failed to activate SuperNode"
 RETRY_SECONDS = 5.0
@@ -64,12 +65,14 @@ FATAL_OUTPUT = {
     REFUSED_LOG: None,  # the SuperLink's reason follows; `_refused` says what it means
     UNKNOWN_KEY: "the SuperLink refused this SuperNode: its --auth-key is not registered there "
     "(fl-server --authorized-keys DIR registers the .pub files at start, fl-server register "
-    "KEY.pub while it runs; a key unregistered since is refused too)",
+    "KEY.pub while it runs; a key unregistered since is refused too), or a SuperNode with this "
+    "key is still online (another fl-client using it; one stopped without leaving is let go "
+    "2 heartbeats after its last)",
 }
 
 
-class KeyNotRegistered(DeployError):
-    """The SuperLink does not (yet) know this SuperNode's key."""
+class NotActivated(DeployError):
+    """The SuperLink did not activate this SuperNode (its key unknown, or still online)."""
 
 
 def say(text: str) -> None:
@@ -255,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             code = _run_supernode(args, config)
             break
-        except KeyNotRegistered as err:
+        except NotActivated as err:
             left = deadline - time.monotonic()
             if left < RETRY_SECONDS:
                 raise
@@ -271,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_supernode(args: argparse.Namespace, config: str) -> int:
     """The SuperNode until it ends (its exit code) or says it will not take part."""
     # its own session: we stop its whole tree (ClientApp processes) ourselves
-    env = tool_env({HEARTBEAT_ENV: str(args.heartbeat)})
+    env = tool_env({HEARTBEAT_ENV: str(args.heartbeat), SUPERVISOR_ENV: str(os.getpid())})
     proc = start_piped(supernode_command(args, config), env, own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
     say(f"SuperNode for partition {args.partition_id} started, server {args.server}")
@@ -284,7 +287,7 @@ def _run_supernode(args: argparse.Namespace, config: str) -> int:
                 watch.arm()
             reason = _fatal(line)
             if reason is not None:
-                raise (KeyNotRegistered if UNKNOWN_KEY in line else DeployError)(reason)
+                raise (NotActivated if UNKNOWN_KEY in line else DeployError)(reason)
         code = proc.wait()
         if watch.lost:
             raise DeployError(FATAL_OUTPUT["Giving up reconnection"])

@@ -8,7 +8,9 @@ arrives, and pulls the SuperLink by a `PollSchedule` (FL_NODE_POLL_ACTIVE,
 FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s. It
 promises a heartbeat every FL_NODE_HEARTBEAT seconds (unset: Flower's 30; below 10 needs
 fl-superlink). If the launcher dies, the node logs why and stops (exit 1), so the SuperLink
-answers the server with "node unavailable" instead of the round waiting forever.
+answers the server with "node unavailable" instead of the round waiting forever. With
+FL_SUPERVISOR_PID (fl-client sets it to its own pid) the node also stops when that parent is
+gone: a SIGKILLed fl-client leaves no SuperNode training on unsupervised, holding its key.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 from fl_system.supernode.launcher import SOCKET_ENV
@@ -28,6 +31,8 @@ from fl_system.supernode.polling import PollSchedule, env_seconds
 
 LAUNCHER_DIED = 1
 HEARTBEAT_ENV = "FL_NODE_HEARTBEAT"
+SUPERVISOR_ENV = "FL_SUPERVISOR_PID"  # the parent this node lives for (fl-client)
+SUPERVISOR_POLL_SECONDS = 1.0
 
 
 def say(text: str) -> None:
@@ -95,6 +100,23 @@ class LauncherWatch:
             self.proc.wait()
 
 
+def watch_supervisor(pid: int, interval: float = SUPERVISOR_POLL_SECONDS) -> None:
+    """Stop this node (cleanly: Flower's SIGTERM handler leaves the federation) once its
+    parent `pid` is gone, however it ended; a node that fl-client did not start is unwatched."""
+    if os.getppid() != pid:
+        say(f"warning: {SUPERVISOR_ENV}={pid} is not this node's parent; not watched")
+        return
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(interval)
+        with contextlib.suppress(OSError):  # its output went to the parent: a broken pipe
+            say(f"its fl-client (pid {pid}) is gone: this SuperNode stops")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
 class SharedLauncher:
     """The launcher every SuperNode of a local federation shares (fl-run started it): woken
     by a datagram with this node's pid and Runtime API address, which also introduces the
@@ -133,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError) as err:
         say(f"error: {err}")
         return 2
+    if supervisor := os.environ.get(SUPERVISOR_ENV):
+        watch_supervisor(int(supervisor))
     shared = os.environ.get(SOCKET_ENV)
     watch = SharedLauncher(shared, address) if shared else LauncherWatch(address)
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fl_system.deploy import certs
-from fl_system.launch.processes import ProcessGroup, alive
+from fl_system.launch.processes import ProcessGroup, alive, descendants
 from fl_system.results import MetricsLog, read_rows
 from tests.e2e.netns import Host, hosts, unavailable
 
@@ -355,6 +355,30 @@ def test_replicas_enroll_their_own_keys_and_claim_distinct_partitions(
             == "0o600"
         )
     assert len(list((federation.work / "enroll").glob("*.pub"))) == 2
+
+
+def test_a_killed_fl_client_leaves_no_supernode_and_its_command_is_admitted_again(
+    federation: Federation,
+) -> None:
+    """SIGKILL of fl-client (it cannot clean up): its SuperNode, in a session of its own,
+    notices its parent is gone and leaves the federation, so nothing trains on unsupervised
+    and the same command, run again at once, is admitted with the same key."""
+    key = federation.certs / "supernode-3.key"
+    proc, log = federation.client("client-b", 1, key=key)
+    assert _wait_for_text(log, "SuperNode ID", 90), log.read_text()
+    tree = descendants(proc.pid)  # the SuperNode and its ClientApp launcher
+    assert len(tree) >= 2, tree
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while (left := [pid for pid in tree if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == [], f"orphans of the killed fl-client: {left}"
+    again, again_log = federation.client("client-b", 1, key=key)
+    assert _wait_for_text(again_log, "SuperNode ID", 60), again_log.read_text()
+    assert "error" not in again_log.read_text().lower()
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(timeout=30) == 143
 
 
 def test_a_client_that_loses_the_server_gives_up_after_its_timeout(
