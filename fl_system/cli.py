@@ -179,7 +179,8 @@ def main() -> None:
         _hydra_main()
     except KeyboardInterrupt as stop:
         name = "terminated" if isinstance(stop, Terminated) else "interrupted"
-        print(f"fl-run: {name}; every process of the run was stopped", file=sys.stderr)
+        done = stop.args[0] if stop.args else "every process of the run was stopped"
+        print(f"fl-run: {name}; {done}", file=sys.stderr)
         sys.exit(143 if isinstance(stop, Terminated) else 130)
     finally:
         release_warm()  # a sweep's warm engine

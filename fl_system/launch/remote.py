@@ -27,6 +27,7 @@ class RemoteRuntime:
 
     Before submitting, the Control API must answer within `connect_timeout` seconds (with a
     countdown) and, with TLS, present a certificate that `root_certificates` verifies.
+    Stopping fl-run stops the run on the server, unless `detach` leaves it running there.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class RemoteRuntime:
         root_certificates: str | None = None,
         insecure: bool = False,
         connect_timeout: float = 30,
+        detach: bool = False,
     ) -> None:
         try:
             self.host, self.port = split_address(address, "runtime.address")
@@ -47,6 +49,9 @@ class RemoteRuntime:
             raise LaunchError("runtime.insecure=true and runtime.root_certificates contradict")
         self.connection = Connection(address, insecure, root_certificates)
         self.connect_timeout = connect_timeout
+        if not isinstance(detach, bool):
+            raise LaunchError(f"runtime.detach must be true or false, got {detach!r}")
+        self.detach = detach
 
     def run(self, cfg: DictConfig, paths: RunPaths) -> None:
         self._check()
@@ -54,7 +59,7 @@ class RemoteRuntime:
         flwr_home = Path(tempfile.mkdtemp(prefix="fl-system-flwr-"))
         try:
             env = tool_env({"FLWR_HOME": str(flwr_home)})
-            submit_and_follow(cfg, paths, self.connection, procs, env)
+            submit_and_follow(cfg, paths, self.connection, procs, env, detach=self.detach)
         finally:
             procs.stop()
             shutil.rmtree(flwr_home, ignore_errors=True)

@@ -22,6 +22,7 @@ from fl_system.progress import follow_run, log_end, resume_hint, saved_rounds, s
 from fl_system.run_dir import RunPaths
 
 CONNECTION = "fl-system"
+STOP_SECONDS = 30.0  # for `flwr stop` when fl-run is stopped
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,18 @@ def flwr_run_command(app: Path, run_config_file: Path) -> list[str]:
 
 
 def submit_and_follow(
-    cfg: DictConfig, paths: RunPaths, conn: Connection, procs: ProcessGroup, env: dict[str, str]
+    cfg: DictConfig,
+    paths: RunPaths,
+    conn: Connection,
+    procs: ProcessGroup,
+    env: dict[str, str],
+    *,
+    detach: bool = False,
 ) -> None:
-    """Submit the run through `conn` with a private FLWR_HOME and follow it to the end."""
+    """Submit the run through `conn` with a private FLWR_HOME and follow it to the end.
+
+    Ctrl-C or SIGTERM stops the run on the server too (`flwr stop`), or with `detach` leaves
+    it running there; either way the KeyboardInterrupt goes on carrying what was done."""
     flwr_home = Path(env["FLWR_HOME"])
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
@@ -81,10 +91,48 @@ def submit_and_follow(
         follow_run(cfg, paths, submit, procs, since=since)
     except LaunchError as err:
         if not paths.summary.exists():
-            stopped = _stopped_from_outside(paths, env)
+            stopped = _stopped_from_outside(paths, env, since)
             if stopped is not None:
                 raise LaunchError(stopped) from None
         raise err
+    except KeyboardInterrupt as stop:
+        procs.stop()  # `flwr run --stream`: it only follows the run
+        stop.args = (_leave(paths, env, since, detach),)
+        raise
+
+
+def _leave(paths: RunPaths, env: dict[str, str], since: int, detach: bool) -> str:
+    """Stop the run on the server (or, detaching, leave it be); what to tell the user."""
+    run_id = _started_run(paths, since)
+    if run_id is None:
+        return "stopped before the SuperLink started the run"
+    if detach:
+        return (
+            f"detached from Flower run {run_id}, which goes on on the server: `flwr log "
+            f"{run_id} <superlink> --stream` follows it, `flwr stop {run_id} <superlink>` stops "
+            "it (README: Flower's own commands)"
+        )
+    try:
+        done = subprocess.run(
+            ["flwr", "stop", str(run_id), CONNECTION],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=STOP_SECONDS,
+            stdin=subprocess.DEVNULL,
+        )
+        failed = None if done.returncode == 0 else (done.stdout + done.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as err:
+        failed = str(err)
+    if failed is not None:
+        last = failed.splitlines()[-1] if failed else "no output"
+        return (
+            f"Flower run {run_id} may still run on the server ({last}): stop it with `flwr "
+            f"stop {run_id} <superlink>`"
+        )
+    return f"Flower run {run_id} was stopped on the server; " + resume_hint(
+        saved_rounds(paths), paths.root
+    )
 
 
 def stopped_message(run_id: int, status: str, saved: int | None, run_dir: Path) -> str | None:
@@ -96,12 +144,18 @@ def stopped_message(run_id: int, status: str, saved: int | None, run_dir: Path) 
     )
 
 
-def _stopped_from_outside(paths: RunPaths, env: dict[str, str]) -> str | None:
-    """Ask the SuperLink what became of the run `flwr run` started (its id is in the log)."""
-    started = re.findall(r"Successfully started run (\d+)", _read(server_log(paths)))
-    if not started:
+def _started_run(paths: RunPaths, since: int) -> int | None:
+    """The id of the run `flwr run` started, from the part of the log written since `since`
+    (the log of a resumed run holds the earlier runs' ids first)."""
+    started = re.findall(r"Successfully started run (\d+)", _read(server_log(paths), since))
+    return int(started[-1]) if started else None
+
+
+def _stopped_from_outside(paths: RunPaths, env: dict[str, str], since: int) -> str | None:
+    """Ask the SuperLink what became of the run `flwr run` started."""
+    run_id = _started_run(paths, since)
+    if run_id is None:
         return None
-    run_id = int(started[-1])  # the log of a resumed run holds the earlier runs' ids first
     try:
         listed = subprocess.run(
             ["flwr", "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
@@ -120,8 +174,9 @@ def _stopped_from_outside(paths: RunPaths, env: dict[str, str]) -> str | None:
     return stopped_message(run_id, status, saved_rounds(paths), paths.root)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, since: int) -> str:
+    """The file from byte `since` on ("" when it cannot be read)."""
     try:
-        return path.read_text(errors="replace")
+        return path.read_bytes()[since:].decode(errors="replace")
     except OSError:
         return ""

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from fl_system.launch.processes import alive, descendants
-from tests.integration.conftest import QUICK, HandStartedFederation, run_cli
+from fl_system.launch.submit import CONNECTION, Connection, write_flwr_home
+from fl_system.results import MetricsLog
+from tests.integration.conftest import QUICK, HandStartedFederation, interrupt_when, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +34,55 @@ def test_submit_to_a_running_federation(tmp_path: Path, cli_env: dict[str, str])
         assert result.returncode == 0, result.stderr[-3000:]
         assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 2
         assert federation.procs.first_dead() is None  # the federation outlives the run
+        for detach in (False, True):
+            _stop_fl_run(tmp_path, cli_env, federation, detach)
     finally:
         federation.stop()
+
+
+def _stop_fl_run(
+    tmp_path: Path, env: dict[str, str], federation: HandStartedFederation, detach: bool
+) -> None:
+    """SIGTERM on fl-run stops the run on the server (`flwr stop`), not only fl-run; with
+    runtime.detach=true the run goes on there and fl-run says how to follow and stop it."""
+    run_dir = tmp_path / f"stopped-detach-{detach}"
+    metrics = run_dir / "metrics.csv"
+    stopped = interrupt_when(
+        [
+            *QUICK, "num_rounds=500", *federation.remote_args(),
+            f"runtime.detach={str(detach).lower()}", f"hydra.run.dir={run_dir}",
+        ],
+        env,
+        ready=lambda: metrics.exists() and len(MetricsLog(metrics).rows()) >= 1,
+        sig=signal.SIGTERM,
+    )  # fmt: skip
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    log = (run_dir / "logs" / "serverapp.log").read_text()
+    run_id = int(re.findall(r"Successfully started run (\d+)", log)[-1])
+    flwr_home = tmp_path / f"flwr-home-{detach}"
+    write_flwr_home(flwr_home, Connection(f"127.0.0.1:{federation.control}", insecure=True))
+    flwr_env = {**env, "FLWR_HOME": str(flwr_home)}
+
+    def status() -> str:
+        listed = subprocess.run(
+            ["flwr", "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
+            env=flwr_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return json.loads(listed.stdout[listed.stdout.find("{") :])["runs"][0]["status"]
+
+    if detach:
+        assert f"fl-run: terminated; detached from Flower run {run_id}, which goes on" in (
+            stopped.stderr
+        )
+        assert status() == "running"
+        subprocess.run(["flwr", "stop", str(run_id), CONNECTION], env=flwr_env, timeout=60)
+    else:
+        assert (
+            f"fl-run: terminated; Flower run {run_id} was stopped on the server; rounds up to "
+            in stopped.stderr
+        ), stopped.stderr[-2000:]
+        assert "resume=true hydra.run.dir=" in stopped.stderr
+    assert status().endswith(":stopped")
 
 
 def test_fl_server_stops_when_its_serverapp_launcher_dies(
