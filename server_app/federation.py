@@ -31,7 +31,7 @@ from server_app.downlink import Downlink
 from server_app.exchange import Courier
 from server_app.node_data_check import DataCheck
 from server_app.node_model_check import ModelCheck
-from server_app.nodes import NodeRegistry
+from server_app.nodes import NODE_LOGS, NodeRegistry
 from server_app.rounds import RoundPlan, RoundResult, RunFailed
 from server_app.virtual_clock import VirtualClock
 
@@ -114,6 +114,11 @@ class Federation:
                 num_partitions=int(self.cfg.num_clients),
                 on_join=self.on_join,
                 vet=_vets(self.cfg, say),
+                logs=(
+                    "logs/serverapp.log has its traceback"
+                    if OmegaConf.select(self.cfg, "runtime.name") == "simulation"
+                    else NODE_LOGS
+                ),
             )
             per_round = self.cfg.clients_per_round
             nodes = self.nodes.wait_for(

@@ -23,8 +23,15 @@ from server_app.rounds import RunFailed
 
 log = logging.getLogger(__name__)
 
-# the node's ClientApp could not be loaded, or raised: its code or its data, not the network
-_APP_FAILED = (ErrorCode.LOAD_CLIENT_APP_EXCEPTION, ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
+# the message or the node was lost on the way: the node may come back. Any other error is the
+# node's ClientApp failing (its code, its data, or its process dying: Ray's ActorDiedError
+# comes as UNKNOWN), which waiting does not mend.
+_LOST = (
+    ErrorCode.MESSAGE_UNAVAILABLE,
+    ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+    ErrorCode.NODE_UNAVAILABLE,
+)
+NODE_LOGS = "each node's log has its traceback"
 PROBE_SECONDS = 15.0  # how long a partition's holder has to prove it is alive
 NOTICE_SECONDS = 10.0  # how long to wait for a turned-away node to take note
 # A node left out (its handshake failed, or it was turned away) is asked again this long
@@ -54,8 +61,10 @@ class NodeRegistry:
         num_partitions: int,
         on_join: Callable[[int, MetricRecord], None] | None = None,
         vet: Callable[[int, Message], str | None] | None = None,
+        logs: str = NODE_LOGS,
     ) -> None:
         self._grid = grid
+        self._logs = logs  # where a failed ClientApp's traceback is, said with its error
         self._on_join = on_join
         self._vet = vet  # (partition, handshake reply) -> why the node is left out, or None
         self._config_json = run_config_json
@@ -117,35 +126,36 @@ class NodeRegistry:
                 if not nodes:
                     raise RunFailed("every node's data was left out: nothing is left to train")
                 return nodes
-            self._stop_if_every_node_failed(count)
+            online = set(self._grid.get_node_ids())
+            failed = [self._failed[n] for n in sorted(online) if n in self._failed]
+            if len(online) >= count and failed and len(failed) == len(online):
+                # the app itself is broken (its code, its data loading): waiting won't mend it
+                raise RunFailed(
+                    f"the ClientApp failed the handshake on all {len(online)} SuperNodes: "
+                    f"{failed[0]} ({self._logs})"
+                )
+            why = f"; {len(failed)} failed the handshake: {failed[0]}" if failed else ""
             now = time.monotonic()
             if now >= deadline:
-                online = len(self._grid.get_node_ids())
                 raise TimeoutError(
                     f"only {have} of {count} clients connected after {timeout:.0f} s: the "
-                    f"federation has {online} SuperNode{'s' if online != 1 else ''}"
+                    f"federation has {len(online)} SuperNode{'s' if len(online) != 1 else ''}"
                     + (
-                        f"; set num_clients={online} (or clients_per_round), or start more "
-                        "SuperNodes (Flower's simulation: options.num-supernodes)"
-                        if online < count
+                        f"{why} ({self._logs})"
+                        if failed
+                        else f"; set num_clients={len(online)} (or clients_per_round), or "
+                        "start more SuperNodes (Flower's simulation: options.num-supernodes)"
+                        if len(online) < count
                         else " (check that every SuperNode reaches the SuperLink's Fleet API)"
                     )
                 )
             if now - last_report > 10:
-                say(f"waiting for clients: {have}/{count} connected, {deadline - now:.0f} s left")
+                say(
+                    f"waiting for clients: {have}/{count} connected{why}, "
+                    f"{deadline - now:.0f} s left"
+                )
                 last_report = now
             time.sleep(1.0)
-
-    def _stop_if_every_node_failed(self, count: int) -> None:
-        """Enough SuperNodes, and the ClientApp of every one failed the handshake: the app
-        itself is broken (its code, its data loading), and waiting would not mend it."""
-        online = set(self._grid.get_node_ids())
-        failed = [self._failed[n] for n in sorted(online) if n in self._failed]
-        if len(online) >= count and len(failed) == len(online):
-            raise RunFailed(
-                f"the ClientApp failed the handshake on all {len(online)} SuperNodes: "
-                f"{failed[0]} (each node's log has its traceback)"
-            )
 
     def _handshake(self, node_ids: list[int], timeout: float) -> None:
         for reply in self._ask(node_ids, timeout):
@@ -153,7 +163,7 @@ class NodeRegistry:
             if reply.has_error():
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)
                 self._leave_out(node)
-                if reply.error.code in _APP_FAILED:
+                if reply.error.code not in _LOST:
                     self._failed[node] = _raised(str(reply.error.reason))
                 continue
             metrics = reply.content.metric_records[protocol.METRICS]
@@ -237,4 +247,8 @@ def _raised(reason: str) -> str:
     """The error a ClientApp raised, from Flower's reason for it: one line, or, from the
     simulation's Ray workers, a whole traceback whose first exception is the one raised."""
     found = re.search(r"^(?:\w+\.)*\w+(?:Error|Exception): .+$", reason, flags=re.M)
-    return found.group(0) if found else (reason.strip().splitlines() or [""])[0]
+    if found:
+        return found.group(0)
+    first = (reason.strip().splitlines() or [""])[0]
+    flower = re.match(r"<class '([\w.]+)'>:<'(.*?)'?>?$", first)  # Flower's "<class 'X'>:<'..."
+    return f"{flower.group(1)}: {flower.group(2)}" if flower else first

@@ -132,8 +132,8 @@ def test_a_clientapp_failing_on_every_node_stops_the_wait_with_its_error(monkeyp
     with pytest.raises(RunFailed) as err:
         NodeRegistry(grid, "{}", num_partitions=2).wait_for(2, timeout=600)
     assert str(err.value) == (
-        f"the ClientApp failed the handshake on all 2 SuperNodes: {reason} (each node's log "
-        "has its traceback)"
+        "the ClientApp failed the handshake on all 2 SuperNodes: DataError: load_data must "
+        "return (train, test), got int (each node's log has its traceback)"
     )
     # Flower's simulation (Ray) gives the traceback: the exception raised is what is said
     traceback = (
@@ -148,12 +148,38 @@ def test_a_clientapp_failing_on_every_node_stops_the_wait_with_its_error(monkeyp
         RunFailed, match=r"SuperNodes: FileNotFoundError: /data/site-a/digits.npz \("
     ):
         NodeRegistry(grid, "{}", num_partitions=2).wait_for(2, timeout=600)
+    # a ClientApp whose process died (Flower's simulation on Ray: an UNKNOWN error) is as
+    # broken: said at once, not after round_timeout
+    reason = (
+        "<class 'ray.exceptions.ActorDiedError'>:<'The actor died unexpectedly before finishing "
+        "this task.\n\tclass_name: ClientAppActor\nThe actor is dead because its worker "
+        "process has died.'>"
+    )
+
+    def died(msg: Message) -> Message:
+        return Message(Error(code=ErrorCode.UNKNOWN, reason=reason), reply_to=msg)
+
+    grid = ScriptedGrid({11, 22}, died)
+    with pytest.raises(RunFailed) as err:
+        NodeRegistry(grid, "{}", num_partitions=2, logs="logs/serverapp.log has it").wait_for(
+            2, timeout=600
+        )
+    assert str(err.value) == (
+        "the ClientApp failed the handshake on all 2 SuperNodes: ray.exceptions.ActorDiedError: "
+        "The actor died unexpectedly before finishing this task. (logs/serverapp.log has it)"
+    )
     # while some node may still join healthy, or the nodes are unreachable (they may come
     # back), the wait goes on to its timeout
     for answer, count in ((failing, 3), (unavailable, 2)):
         grid = ScriptedGrid({11, 22}, answer)
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError) as timeout:
             NodeRegistry(grid, "{}", num_partitions=count).wait_for(count, timeout=0.01)
+        if answer is failing:  # the timeout says what the nodes that answered raised
+            assert str(timeout.value).endswith(
+                "federation has 2 SuperNodes; 2 failed the handshake: "
+                "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing "
+                "this task. (each node's log has its traceback)"
+            )
 
 
 class Clock:
