@@ -201,6 +201,7 @@ class Courier:
         self.tallies: dict[str, Tally] = {}
         self.node_messages: dict[int, NodeMessages] = {}
         self.timed_out = 0
+        self._gone: set[int] = set()  # nodes the SuperLink reported unavailable, until taken
 
     def begin_round(self, server_round: int, model: ArrayRecord) -> None:
         """A new round: the deadline starts now; replies are limited relative to `model`."""
@@ -233,6 +234,11 @@ class Courier:
             pack=self.pack,
         )
         answered = {r.metadata.src_node_id for r in traffic.replies}
+        self._gone.update(
+            r.metadata.src_node_id
+            for r in traffic.replies
+            if r.has_error() and r.error.code == ErrorCode.NODE_UNAVAILABLE
+        )
         for m in messages:
             if m.metadata.dst_node_id not in answered:
                 self.timed_out += 1
@@ -251,6 +257,13 @@ class Courier:
         tally.bytes_down += traffic.bytes_down
         tally.seconds += time.monotonic() - start
         return traffic
+
+    def take_gone(self) -> set[int]:
+        """Nodes the SuperLink reported unavailable since the last call: they went offline,
+        and one that is back (a restarted node keeps its id under SuperNode authentication)
+        must be handshaked again."""
+        gone, self._gone = self._gone, set()
+        return gone
 
 
 def reply_limit(model: ArrayRecord, ratio: float | None) -> int | None:

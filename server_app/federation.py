@@ -134,6 +134,11 @@ class Federation:
                 self.nodes.reconfigure(config_to_json(self.cfg), float(self.cfg.round_timeout))
         return self.nodes
 
+    def _refresh(self, grid: Grid) -> dict[int, int]:
+        """The nodes now (node -> partition): new ones handshaked, those gone forgotten."""
+        registry = self.connect(grid)
+        return registry.refresh(float(self.cfg.round_timeout), gone=self.courier.take_gone())
+
     def _normalises_federated(self) -> bool:
         return (
             node_held(self.cfg)
@@ -159,7 +164,7 @@ class Federation:
         """The round's plan (whom to train, with what) and how many partitions were chosen."""
         self._start_downlink(arrays)
         self.courier.begin_round(server_round, arrays)
-        nodes = self.connect(grid).refresh(timeout=float(self.cfg.round_timeout))
+        nodes = self._refresh(grid)
         node_of = {pid: node for node, pid in nodes.items()}
         if len(excluded) >= int(self.cfg.num_clients):
             raise RunFailed(
@@ -260,7 +265,7 @@ class Federation:
         """client_eval, when due: the global model to every connected client."""
         if self.client_eval is None or not self.client_eval.due(server_round):
             return [], {}
-        nodes = self.connect(grid).refresh(timeout=float(self.cfg.round_timeout))
+        nodes = self._refresh(grid)
         messages = self.client_eval.messages(server_round, arrays, nodes)
         return self.outgoing(messages, nodes, arrays), nodes
 

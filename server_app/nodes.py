@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
@@ -77,11 +77,13 @@ class NodeRegistry:
         self._bytes_up = 0
         self._bytes_down = 0
 
-    def refresh(self, timeout: float) -> dict[int, int]:
-        """Handshake nodes not seen before; forget nodes that left. Returns node -> partition."""
+    def refresh(self, timeout: float, gone: Iterable[int] = ()) -> dict[int, int]:
+        """Handshake nodes not seen before; forget nodes that left (also those in `gone`: the
+        SuperLink found them offline, though they may be back by now). Returns node ->
+        partition."""
         online = set(self._grid.get_node_ids())
-        for gone in set(self.partition_of) - online:
-            log.warning("node %d (partition %d) left", gone, self.partition_of.pop(gone))
+        for node in (set(self.partition_of) - online) | (set(gone) & set(self.partition_of)):
+            log.warning("node %d (partition %d) left", node, self.partition_of.pop(node))
         for gone in set(self._left_out) - online:  # asked at once when it comes back
             del self._left_out[gone]
             self._failed.pop(gone, None)

@@ -18,7 +18,7 @@ from flwr.common.constant import ErrorCode
 from flwr.server.superlink.linkstate.utils import NODE_UNAVAILABLE_ERROR_REASON
 
 from fl_system import wire
-from server_app.exchange import REPLY_TOO_LARGE, exchange
+from server_app.exchange import REPLY_TOO_LARGE, Courier, exchange
 
 SUPERLINK = 1  # Flower's own node id for the SuperLink
 
@@ -106,3 +106,15 @@ def test_a_reply_above_the_size_limit_is_refused_unread_and_still_counted() -> N
     assert big.error.code == REPLY_TOO_LARGE
     assert "bytes refused unread: above the limit of 50,000 bytes" in big.error.reason
     assert traffic.bytes_up > 400_000  # both replies travelled
+
+
+def test_the_courier_keeps_the_nodes_reported_unavailable_until_taken() -> None:
+    grid = _Grid()
+    unavailable = Error(ErrorCode.NODE_UNAVAILABLE, NODE_UNAVAILABLE_ERROR_REASON)
+    grid.replies = [Message(metadata=_reply_metadata("m1", SUPERLINK), error=unavailable)]
+    courier = Courier(timeout=0.05, max_reply_ratio=None)
+    courier.begin_round(1, ArrayRecord())
+    courier.send(grid, [_sent(4711), _sent(815)], "train")
+    courier.begin_round(2, ArrayRecord())  # kept across rounds until the registry takes them
+    assert courier.take_gone() == {815}
+    assert courier.take_gone() == set()

@@ -261,3 +261,20 @@ def test_joins_and_returns_are_logged_with_node_and_partition(caplog) -> None:
         "node 22 (partition 1) left",
         "node 44 returns with partition 1",
     ]
+
+
+def test_a_node_reported_gone_that_is_back_with_its_id_is_handshaked_again(caplog) -> None:
+    """Killed and restarted between two refreshes, a node with a registered key is online
+    with the same id each time the server looks; the SuperLink's "node unavailable" replies
+    of the round (Courier.take_gone) say it went away, and it is handshaked again."""
+    grid = ScriptedGrid({11, 22}, nodes_claiming({11: 0, 22: 1}))
+    registry = NodeRegistry(grid, "{}", num_partitions=2)
+    registry.refresh(timeout=5)
+    sent = len(grid.sent)
+    with caplog.at_level("INFO", logger=nodes.__name__):
+        assert registry.refresh(timeout=5, gone={22}) == {11: 0, 22: 1}
+    assert [m.metadata.dst_node_id for m in grid.sent[sent:]] == [22]
+    assert [r.getMessage() for r in caplog.records] == [
+        "node 22 (partition 1) left",
+        "node 22 returns with partition 1",
+    ]
