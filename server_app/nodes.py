@@ -71,7 +71,7 @@ class NodeRegistry:
         self._num_partitions = num_partitions
         self.partition_of: dict[int, int] = {}
         self._left_out: dict[int, LeftOut] = {}  # nodes whose handshake failed or clashed
-        self._held: set[int] = set()  # partitions some node has held in this run
+        self._last_holder: dict[int, int] = {}  # partition -> the node that held it last
         self._failed: dict[int, str] = {}  # node -> why its ClientApp raised at the handshake
         self.excluded: set[int] = set()  # partitions whose data the run left out
         self._bytes_up = 0
@@ -196,15 +196,21 @@ class NodeRegistry:
             self.partition_of[node] = pid
             self._left_out.pop(node, None)
             self._failed.pop(node, None)
-            log.info(
-                "node %d %s partition %d",
-                node,
-                "returns with" if pid in self._held else "joins as",
-                pid,
-            )
-            self._held.add(pid)
+            self._say_joined(node, pid)
             if self._on_join is not None:
                 self._on_join(pid, metrics)
+
+    def _say_joined(self, node: int, pid: int) -> None:
+        """One line per join and return: a node id seen before is the same node back (with
+        SuperNode authentication a restarted node keeps its id), a new one is a new node."""
+        before = self._last_holder.get(pid)
+        if node in self._last_holder.values():
+            log.info("node %d returns with partition %d", node, pid)
+        elif before is not None:
+            log.info("node %d joins as partition %d (before: node %d)", node, pid, before)
+        else:
+            log.info("node %d joins as partition %d", node, pid)
+        self._last_holder[pid] = node
 
     def _turn_away(self, node: int, reason: str) -> None:
         """Leave the node out of this run and tell it why (its operator sees the reason)."""

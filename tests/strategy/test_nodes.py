@@ -246,7 +246,7 @@ def test_a_node_left_out_that_goes_offline_is_asked_at_once_when_it_returns(monk
     assert registry.refresh(timeout=5) == {11: 0, 22: 1}
 
 
-def test_joins_and_returns_are_logged_with_node_and_partition(caplog) -> None:
+def test_joins_and_leaves_are_logged_with_node_and_partition(caplog) -> None:
     grid = ScriptedGrid({11, 22}, nodes_claiming({11: 0, 22: 1, 44: 1}))
     registry = NodeRegistry(grid, "{}", num_partitions=2)
     with caplog.at_level("INFO", logger=nodes.__name__):
@@ -259,7 +259,7 @@ def test_joins_and_returns_are_logged_with_node_and_partition(caplog) -> None:
         "node 11 joins as partition 0",
         "node 22 joins as partition 1",
         "node 22 (partition 1) left",
-        "node 44 returns with partition 1",
+        "node 44 joins as partition 1 (before: node 22)",  # restarted without a key: a new id
     ]
 
 
