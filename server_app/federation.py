@@ -119,12 +119,12 @@ class Federation:
                     if OmegaConf.select(self.cfg, "runtime.name") == "simulation"
                     else NODE_LOGS
                 ),
+                say=say,
             )
             per_round = self.cfg.clients_per_round
             nodes = self.nodes.wait_for(
                 int(self.cfg.num_clients if per_round is None else per_round),
                 float(self.cfg.round_timeout),
-                say=say,
             )
             if self._normalises_federated():
                 self.normalisation = normalisation.derive(

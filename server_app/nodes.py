@@ -62,8 +62,10 @@ class NodeRegistry:
         on_join: Callable[[int, MetricRecord], None] | None = None,
         vet: Callable[[int, Message], str | None] | None = None,
         logs: str = NODE_LOGS,
+        say: Callable[[str], None] = log.info,
     ) -> None:
         self._grid = grid
+        self._say = say  # joins, returns, departures and the wait for clients: the run's log
         self._logs = logs  # where a failed ClientApp's traceback is, said with its error
         self._on_join = on_join
         self._vet = vet  # (partition, handshake reply) -> why the node is left out, or None
@@ -83,7 +85,7 @@ class NodeRegistry:
         partition."""
         online = set(self._grid.get_node_ids())
         for node in (set(self.partition_of) - online) | (set(gone) & set(self.partition_of)):
-            log.warning("node %d (partition %d) left", node, self.partition_of.pop(node))
+            self._say(f"node {node} (partition {self.partition_of.pop(node)}) left")
         for gone in set(self._left_out) - online:  # asked at once when it comes back
             del self._left_out[gone]
             self._failed.pop(gone, None)
@@ -115,9 +117,7 @@ class NodeRegistry:
         self._bytes_up = self._bytes_down = 0
         return counted
 
-    def wait_for(
-        self, count: int, timeout: float, *, say: Callable[[str], None] = log.info
-    ) -> dict[int, int]:
+    def wait_for(self, count: int, timeout: float) -> dict[int, int]:
         """Block until `count` distinct partitions are connected, or fail after `timeout` s."""
         deadline = time.monotonic() + timeout
         last_report = 0.0
@@ -152,7 +152,7 @@ class NodeRegistry:
                     )
                 )
             if now - last_report > 10:
-                say(
+                self._say(
                     f"waiting for clients: {have}/{count} connected{why}, "
                     f"{deadline - now:.0f} s left"
                 )
@@ -205,11 +205,11 @@ class NodeRegistry:
         SuperNode authentication a restarted node keeps its id), a new one is a new node."""
         before = self._last_holder.get(pid)
         if node in self._last_holder.values():
-            log.info("node %d returns with partition %d", node, pid)
+            self._say(f"node {node} returns with partition {pid}")
         elif before is not None:
-            log.info("node %d joins as partition %d (before: node %d)", node, pid, before)
+            self._say(f"node {node} joins as partition {pid} (before: node {before})")
         else:
-            log.info("node %d joins as partition %d", node, pid)
+            self._say(f"node {node} joins as partition {pid}")
         self._last_holder[pid] = node
 
     def _turn_away(self, node: int, reason: str) -> None:

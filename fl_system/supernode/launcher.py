@@ -141,7 +141,18 @@ class Launcher:
         finally:
             for node in [*self.nodes.values(), *([self.server] if self.server else [])]:
                 self._forget(node)
-            self._reap()
+            self._end_children()
+
+    def _end_children(self) -> None:
+        """The nodes are gone or going, so no reply of a child still running can arrive:
+        end them (one stuck, e.g. in a lock a fork copied held, would outlive us forever)."""
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in list(self.children):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        self.children.clear()
 
     def _wait_for_news(self) -> list[_Node] | None:
         """Block until a wake-up, a child's exit or the fallback poll; the nodes to claim

@@ -7,125 +7,34 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from fl_system.deploy import certs
-from fl_system.launch.processes import ProcessGroup, alive, descendants
-from fl_system.results import MetricsLog, read_rows
-from tests.e2e.netns import Host, hosts, unavailable
+from fl_system.launch.processes import alive, descendants
+from fl_system.results import MetricsLog
+from tests.e2e.federation import (
+    BIN,
+    CONTROL,
+    Federation,
+    started_federation,
+    wait_for_rounds,
+    wait_for_text,
+)
+from tests.e2e.netns import unavailable
 
 WHY_NOT = unavailable()
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))]
 
-BIN = Path(sys.executable).parent
-FLEET, CONTROL = 9092, 9093
-
-
-@dataclass
-class Federation:
-    lan: dict[str, Host]
-    certs: Path
-    stranger: Path  # material of another federation: its CA and a key nobody registered
-    work: Path
-    env: dict[str, str]
-    procs: ProcessGroup
-
-    @property
-    def server(self) -> str:
-        return f"{self.lan['server'].address}:{FLEET}"
-
-    def client(
-        self,
-        host: str,
-        partition: int,
-        *extra: str,
-        key: Path | None = None,
-        num_partitions: int = 2,
-    ):
-        """fl-client in `host`'s namespace, in the background; its output goes to a log."""
-        key = key or self.certs / certs.supernode_key_names(partition)[0]
-        log = self.work / f"{host}-{partition}-{len(self.procs.procs)}.log"
-        cmd = [
-            str(BIN / "fl-client"),
-            "--server",
-            self.server,
-            "--partition-id",
-            str(partition),
-            "--num-partitions",
-            str(num_partitions),
-            "--root-certificates",
-            str(self.certs / certs.CA_CERT),
-            "--auth-key",
-            str(key),
-            *extra,
-        ]
-        proc = self.procs.start(f"client {host}", self.lan[host].command(cmd), log, self.env)
-        return proc, log
-
-    def run_in(self, host: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            self.lan[host].command(argv),
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-
-
-def _wait_for_text(log: Path, text: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists() and text in log.read_text(errors="replace"):
-            return True
-        time.sleep(0.5)
-    return False
-
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    work = tmp_path_factory.mktemp("hosts")
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["FL_CACHE_DIR"] = str(work / "node-cache")
-    env["FL_STATE_DIR"] = str(work / "client-state")
-    procs = ProcessGroup()
-    with hosts(["server", "client-a", "client-b", "client-c"]) as lan:
-        material, stranger = work / "certs", work / "stranger"
-        certs.generate(material, server_names=[], server_ips=[lan["server"].address], supernodes=4)
-        certs.generate(stranger, server_names=["elsewhere"], supernodes=1)
-        fed = Federation(lan, material, stranger, work, env, procs)
-        try:
-            server_log = work / "server.log"
-            procs.start(
-                "fl-server",
-                lan["server"].command(
-                    [
-                        str(BIN / "fl-server"),
-                        "--certs",
-                        str(material),
-                        "--authorized-keys",
-                        str(material),
-                        "--state-dir",
-                        str(work / "superlink-state"),
-                        "--enroll-dir",
-                        str(work / "enroll"),
-                    ]
-                ),
-                server_log,
-                env,
-            )
-            assert _wait_for_text(server_log, "SuperLink ready", 90), server_log.read_text()
-            yield fed
-        finally:
-            procs.stop()
-            assert [p.pid for _, p in procs.procs if alive(p.pid)] == []
+    with started_federation(
+        tmp_path_factory.mktemp("hosts"), ["client-a", "client-b", "client-c"]
+    ) as fed:
+        yield fed
 
 
 def test_a_client_with_an_unregistered_key_is_rejected(federation: Federation) -> None:
@@ -185,7 +94,7 @@ def test_a_client_without_the_federations_ca_cannot_connect(federation: Federati
         log,
         federation.env,
     )
-    assert _wait_for_text(log, "CERTIFICATE_VERIFY_FAILED", 90), log.read_text()
+    assert wait_for_text(log, "CERTIFICATE_VERIFY_FAILED", 90), log.read_text()
     assert "SSL/TLS handshake error detected" in log.read_text()
     os.killpg(flower.pid, signal.SIGKILL)  # its own session: the lingering SuperExec too
     flower.wait(timeout=30)
@@ -233,7 +142,7 @@ def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leave
         "client-c", 1, "--connect-timeout", "30", key=stranger_key, num_partitions=3
     )
     for log in (a_log, leaver_log, dup_log):
-        assert _wait_for_text(log, "SuperNode for partition", 60), log.read_text()
+        assert wait_for_text(log, "SuperNode for partition", 60), log.read_text()
     server = federation.lan["server"].address
     run_dir = federation.work / "run"
     overrides = [
@@ -252,21 +161,21 @@ def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leave
     )
     control = ["--certs", str(federation.certs), "--control", f"{server}:{CONTROL}"]
     try:
-        _wait_for_rounds(run_dir, 1)
+        wait_for_rounds(run_dir, 1)
         # the joining node's own machine makes its key pair; only the .pub travels
         keys = federation.work / "joiner-keys"
-        made = _tool(federation, "client-c", "fl-certs", str(keys), "--node-key", "clinic")
+        made = federation.tool("client-c", "fl-certs", str(keys), "--node-key", "clinic")
         assert (keys / "clinic.key").stat().st_mode & 0o777 == 0o600, made.stdout
         joiner = str(keys / "clinic.pub")
-        admitted = _tool(federation, "server", "fl-server", "register", joiner, *control)
+        admitted = federation.tool("server", "fl-server", "register", joiner, *control)
         assert re.search(r"clinic\.pub: node \d+ registered", admitted.stdout), admitted.stdout
-        joined_at = _wait_for_rounds(run_dir, 0)
+        joined_at = wait_for_rounds(run_dir, 0)
         federation.client("client-c", 2, key=keys / "clinic.key", num_partitions=3)
-        _wait_for_rounds(run_dir, joined_at + 1, lambda row: bool(row.get("weight_2")))
+        wait_for_rounds(run_dir, joined_at + 1, lambda row: bool(row.get("weight_2")))
 
         leaving = federation.certs / "supernode-1.pub"
-        _tool(federation, "server", "fl-server", "unregister", str(leaving), *control)
-        left_at = _wait_for_rounds(run_dir, 0)
+        federation.tool("server", "fl-server", "unregister", str(leaving), *control)
+        left_at = wait_for_rounds(run_dir, 0)
         assert leaver.wait(timeout=120) == 2
         assert (
             "fl-client: error: the SuperLink no longer admits this SuperNode: its key was "
@@ -286,7 +195,7 @@ def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leave
     assert any(r.get("weight_2") for r in rows[joined_at:])
     later = rows[left_at + 2 :]  # the round under way may still have held a reply from it
     assert later and not any(r.get("weight_1") for r in later)
-    listed = _tool(federation, "server", "fl-server", "nodes", *control)
+    listed = federation.tool("server", "fl-server", "nodes", *control)
     assert len(listed.stdout.splitlines()) == 4  # supernode-0, -2, -3 and clinic: -1 is gone
 
     # partition 0 went to whichever claimant answered first; the other one was turned away
@@ -301,27 +210,6 @@ def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leave
     assert "fl-client: error: partition-id 0 is already held by live node" in log.read_text()
     assert rogue.wait(timeout=60) == 2
     assert "fl-client: error: the SuperLink refused this SuperNode" in rogue_log.read_text()
-
-
-def _tool(federation: Federation, host: str, name: str, *args: str):
-    """One of our commands in `host`'s namespace, which must succeed."""
-    done = federation.run_in(host, [str(BIN / name), *args], timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
-
-
-def _wait_for_rounds(
-    run_dir: Path, count: int, where=lambda row: True, timeout: float = 300
-) -> int:
-    """Wait until `count` rows of metrics.csv satisfy `where`; the rows written by then."""
-    deadline = time.monotonic() + timeout
-    while True:
-        path = run_dir / "metrics.csv"
-        rows = read_rows(path) if path.exists() else []
-        if sum(1 for row in rows if where(row)) >= count:
-            return len(rows)
-        assert time.monotonic() < deadline, f"{count} rounds not reached in {timeout} s"
-        time.sleep(0.3)
 
 
 def test_replicas_enroll_their_own_keys_and_claim_distinct_partitions(
@@ -346,7 +234,7 @@ def test_replicas_enroll_their_own_keys_and_claim_distinct_partitions(
         )
         logs.append(log)
     for log in logs:
-        assert _wait_for_text(log, "SuperNode ID", 90), log.read_text()
+        assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
     claimed = [re.search(r"claimed partition (\d) of 2", log.read_text()) for log in logs]
     assert sorted(int(m.group(1)) for m in claimed if m) == [0, 1]
     for host in ("client-a", "client-b"):
@@ -365,7 +253,7 @@ def test_a_killed_fl_client_leaves_no_supernode_and_its_command_is_admitted_agai
     and the same command, run again at once, is admitted with the same key."""
     key = federation.certs / "supernode-3.key"
     proc, log = federation.client("client-b", 1, key=key)
-    assert _wait_for_text(log, "SuperNode ID", 90), log.read_text()
+    assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
     tree = descendants(proc.pid)  # the SuperNode and its ClientApp launcher
     assert len(tree) >= 2, tree
     proc.send_signal(signal.SIGKILL)
@@ -375,7 +263,7 @@ def test_a_killed_fl_client_leaves_no_supernode_and_its_command_is_admitted_agai
         time.sleep(0.5)
     assert left == [], f"orphans of the killed fl-client: {left}"
     again, again_log = federation.client("client-b", 1, key=key)
-    assert _wait_for_text(again_log, "SuperNode ID", 60), again_log.read_text()
+    assert wait_for_text(again_log, "SuperNode ID", 60), again_log.read_text()
     assert "error" not in again_log.read_text().lower()
     again.send_signal(signal.SIGTERM)
     assert again.wait(timeout=30) == 143
@@ -387,7 +275,7 @@ def test_a_client_that_loses_the_server_gives_up_after_its_timeout(
     """Runs last: stops the SuperLink. The client must not wait forever."""
     key = federation.certs / "supernode-3.key"  # a key no running client uses
     proc, log = federation.client("client-b", 1, "--connect-timeout", "6", key=key)
-    assert _wait_for_text(log, "SuperNode ID", 90), log.read_text()
+    assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
     server = next(p for name, p in federation.procs.procs if name == "fl-server")
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=60) == 0  # fl-server stops its SuperLink and exits cleanly

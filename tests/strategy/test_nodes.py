@@ -246,16 +246,16 @@ def test_a_node_left_out_that_goes_offline_is_asked_at_once_when_it_returns(monk
     assert registry.refresh(timeout=5) == {11: 0, 22: 1}
 
 
-def test_joins_and_leaves_are_logged_with_node_and_partition(caplog) -> None:
+def test_joins_and_leaves_are_said_with_node_and_partition() -> None:
     grid = ScriptedGrid({11, 22}, nodes_claiming({11: 0, 22: 1, 44: 1}))
-    registry = NodeRegistry(grid, "{}", num_partitions=2)
-    with caplog.at_level("INFO", logger=nodes.__name__):
-        registry.refresh(timeout=5)
-        grid.node_ids = {11}
-        registry.refresh(timeout=5)
-        grid.node_ids = {11, 44}
-        registry.refresh(timeout=5)
-    assert [r.getMessage() for r in caplog.records] == [
+    said: list[str] = []
+    registry = NodeRegistry(grid, "{}", num_partitions=2, say=said.append)
+    registry.refresh(timeout=5)
+    grid.node_ids = {11}
+    registry.refresh(timeout=5)
+    grid.node_ids = {11, 44}
+    registry.refresh(timeout=5)
+    assert said == [
         "node 11 joins as partition 0",
         "node 22 joins as partition 1",
         "node 22 (partition 1) left",
@@ -263,18 +263,18 @@ def test_joins_and_leaves_are_logged_with_node_and_partition(caplog) -> None:
     ]
 
 
-def test_a_node_reported_gone_that_is_back_with_its_id_is_handshaked_again(caplog) -> None:
+def test_a_node_reported_gone_that_is_back_with_its_id_is_handshaked_again() -> None:
     """Killed and restarted between two refreshes, a node with a registered key is online
     with the same id each time the server looks; the SuperLink's "node unavailable" replies
     of the round (Courier.take_gone) say it went away, and it is handshaked again."""
     grid = ScriptedGrid({11, 22}, nodes_claiming({11: 0, 22: 1}))
-    registry = NodeRegistry(grid, "{}", num_partitions=2)
+    said: list[str] = []
+    registry = NodeRegistry(grid, "{}", num_partitions=2, say=said.append)
     registry.refresh(timeout=5)
-    sent = len(grid.sent)
-    with caplog.at_level("INFO", logger=nodes.__name__):
-        assert registry.refresh(timeout=5, gone={22}) == {11: 0, 22: 1}
+    sent, said[:] = len(grid.sent), []
+    assert registry.refresh(timeout=5, gone={22}) == {11: 0, 22: 1}
     assert [m.metadata.dst_node_id for m in grid.sent[sent:]] == [22]
-    assert [r.getMessage() for r in caplog.records] == [
+    assert said == [
         "node 22 (partition 1) left",
         "node 22 returns with partition 1",
     ]

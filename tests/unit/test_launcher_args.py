@@ -1,9 +1,16 @@
-"""The ClientApp launcher's two ways to run: one node's (a pipe), or every local node's."""
+"""The ClientApp launcher's two ways to run (one node's pipe, or every local node's), and
+its end."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
+from fl_system.launch.processes import alive
 from fl_system.supernode.launcher import parse_args
 
 
@@ -40,3 +47,36 @@ def test_a_mixed_or_partial_command_line_is_refused(
         parse_args(argv)
     assert stopped.value.code == 2
     assert "--socket" in capsys.readouterr().err
+
+
+STUCK_CHILD = """
+import os, sys, time
+from fl_system.supernode.launcher import Launcher
+
+read_end, write_end = os.pipe()
+launcher = Launcher(read_end, os.getpid(), shared=False)
+pid = os.fork()
+if pid == 0:  # a child stuck for good (a lock its fork copied held): only SIGKILL ends it
+    os.close(write_end)
+    while True:
+        time.sleep(1)
+launcher.children[pid] = (None, None, time.monotonic())
+print(pid, flush=True)
+os.close(write_end)  # its node closes the pipe: the launcher stops
+launcher.serve()
+"""
+
+
+def test_a_stopping_launcher_ends_the_children_it_forked() -> None:
+    """Their node is gone, so no reply of theirs can arrive; one stuck would live forever."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", STUCK_CHILD], stdout=subprocess.PIPE, text=True
+    )
+    assert launcher.stdout is not None
+    child = int(launcher.stdout.readline())
+    try:
+        assert launcher.wait(timeout=60) == 0
+        assert not alive(child)
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
