@@ -32,6 +32,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -54,6 +55,7 @@ APP_PACKAGES = ("fl_system", "client_app", "server_app")
 FALLBACK_POLL_SECONDS = 1.0  # look for tasks even without a wake-up (e.g. one sent at start-up)
 SERVER_POLL_SECONDS = 0.2  # the SuperLink's ServerApp tasks: Flower's SuperExec polls as often
 SOCKET_ENV = "FL_LAUNCHER_SOCKET"  # set for fl-supernode: wake this shared launcher
+CLOSE_SECONDS = 5.0  # for closing the nodes' clients when the launcher stops
 
 
 def say(text: str, out: int = 2) -> None:
@@ -110,6 +112,14 @@ class Launcher:
         os.set_blocking(signal_w, False)
         signal.set_wakeup_fd(signal_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the fd
+        # SIGTERM/SIGINT end the serving loop at its next look, not with an exception raised
+        # wherever the loop is (inside an HTTP call, a lock held, its cleanup would hang)
+        self.stopping = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._stop_soon)
+
+    def _stop_soon(self, *_: object) -> None:
+        self.stopping = True
 
     def add_node(self, address: str, pid: int) -> _Node:
         """Serve this node (a node restarted on the same address replaces its old entry)."""
@@ -139,9 +149,13 @@ class Launcher:
                     for spec in node.claimer.claim_pending():
                         self._fork(node, spec)
         finally:
+            self._end_children()
+            # closing the clients of nodes that are gone must not keep this process alive
+            deadline = threading.Timer(CLOSE_SECONDS, os._exit, args=(0,))
+            deadline.daemon = True
+            deadline.start()
             for node in [*self.nodes.values(), *([self.server] if self.server else [])]:
                 self._forget(node)
-            self._end_children()
 
     def _end_children(self) -> None:
         """The nodes are gone or going, so no reply of a child still running can arrive:
@@ -164,6 +178,8 @@ class Launcher:
         named: set[str] | None = None if fallback else set()
         if self.signal_r in ready:
             os.read(self.signal_r, 4096)
+        if self.stopping:
+            return None
         if self.wake_fd in ready:
             if self.shared:
                 said = self._read_datagrams()  # registers new nodes in any case

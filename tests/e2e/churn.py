@@ -132,7 +132,10 @@ class Churn:
             keys = self.federation.work / "newcomer-keys"
             self.federation.tool(node.host, "fl-certs", str(keys), "--node-key", "newcomer")
             pub = str(keys / "newcomer.pub")
-            self.federation.tool("server", "fl-server", "register", pub, *self.federation.control)
+            admitted = self.federation.tool(
+                "server", "fl-server", "register", pub, *self.federation.control
+            )
+            assert re.search(r"newcomer\.pub: node \d+ registered", admitted.stdout)
             key = keys / "newcomer.key"
         event.restarted = self.start(node.host, node.partition, key)
 

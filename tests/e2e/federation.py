@@ -86,7 +86,7 @@ class Federation:
 
 @contextmanager
 def started_federation(work: Path, clients: Sequence[str]) -> Iterator[Federation]:
-    """fl-server on host "server" (keys supernode-0..3 registered, --enroll-dir work/enroll)
+    """fl-server on host "server" (keys supernode-0..4 registered, --enroll-dir work/enroll)
     and empty hosts `clients`; every process started through it is gone afterwards."""
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -95,7 +95,7 @@ def started_federation(work: Path, clients: Sequence[str]) -> Iterator[Federatio
     procs = ProcessGroup()
     with hosts(["server", *clients]) as lan:
         material, stranger = work / "certs", work / "stranger"
-        certs.generate(material, server_names=[], server_ips=[lan["server"].address], supernodes=4)
+        certs.generate(material, server_names=[], server_ips=[lan["server"].address], supernodes=5)
         certs.generate(stranger, server_names=["elsewhere"], supernodes=1)
         fed = Federation(lan, material, stranger, work, env, procs)
         try:

@@ -38,6 +38,10 @@ def test_a_run_completes_through_churn_and_takes_every_returning_node_back(
     run_dir, out = federation.work / "run", federation.work / "fl-run.log"
     nodes.fire(plan.events[0], 0)  # down when the run handshakes it
     run = churn.fl_run(federation, run_dir, ROUNDS, len(HOSTS), out)
+    # a second node claiming a held partition is turned away and told by whom
+    claimant, claimant_log = federation.client(
+        "server", 0, key=federation.certs / "supernode-4.key", num_partitions=len(HOSTS)
+    )
     try:
         nodes.follow(plan, run, run_dir)
     finally:
@@ -45,8 +49,15 @@ def test_a_run_completes_through_churn_and_takes_every_returning_node_back(
             run.kill()
         nodes.stop()
     assert run.wait() == 0, out.read_text()[-3000:]
+    assert "final accuracy" in out.read_text()
+    for name in ("summary.json", "checkpoint.npz", "curve.png", "config.yaml"):
+        assert (run_dir / name).is_file(), name
     rows = MetricsLog(run_dir / "metrics.csv").rows()
     assert len(rows) == ROUNDS
+    assert claimant.wait(timeout=60) == 2
+    assert "fl-client: error: partition-id 0 is already held by live node" in (
+        claimant_log.read_text()
+    )
     report = []
     for event in plan.events:
         assert event.returned_rows is not None, f"{event.kind} {event.partition}: never admitted"
@@ -63,3 +74,8 @@ def test_a_run_completes_through_churn_and_takes_every_returning_node_back(
     newcomer = next(e for e in plan.events if e.kind == "leave").partition
     assert Counter(lines["joins"]) == Counter([*range(len(HOSTS)), newcomer]), lines
     assert nodes.left_in_namespaces() == {}
+    newcomer_key = federation.work / "newcomer-keys" / "newcomer.key"
+    assert newcomer_key.stat().st_mode & 0o777 == 0o600  # made on its own host, kept private
+    # registered now: supernode-0..4 less the one unregistered, and the newcomer
+    listed = federation.tool("server", "fl-server", "nodes", *federation.control)
+    assert len(listed.stdout.splitlines()) == 5, listed.stdout

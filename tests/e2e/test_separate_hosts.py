@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -14,13 +13,10 @@ import pytest
 
 from fl_system.deploy import certs
 from fl_system.launch.processes import alive, descendants
-from fl_system.results import MetricsLog
 from tests.e2e.federation import (
     BIN,
-    CONTROL,
     Federation,
     started_federation,
-    wait_for_rounds,
     wait_for_text,
 )
 from tests.e2e.netns import unavailable
@@ -122,94 +118,6 @@ def test_a_wrong_server_address_gives_up_with_a_countdown(federation: Federation
     assert "fl-client: waiting for 10.77.0.99:9092" in result.stdout
     assert "giving up in" in result.stdout
     assert "fl-client: error: cannot reach 10.77.0.99:9092 after 6 s" in result.stderr
-
-
-def test_a_run_over_tls_takes_in_a_node_that_joins_and_lets_go_of_one_that_leaves(
-    federation: Federation,
-) -> None:
-    """Registered clients on two hosts, a third claiming a partition already taken and a
-    fourth with an unregistered key: the run goes on with the two partitions, the claimant
-    that lost is told why and the stranger is refused. Mid-run, without restarting anything
-    on the server, a node whose key pair was made on its own machine is registered and
-    sampled from then on, and a node whose key is unregistered is refused (its fl-client
-    says so and exits) and sampled no more."""
-    a, a_log = federation.client("client-a", 0, num_partitions=3)
-    leaver, leaver_log = federation.client("client-b", 1, num_partitions=3)
-    dup_key = federation.certs / "supernode-2.key"
-    dup, dup_log = federation.client("client-c", 0, key=dup_key, num_partitions=3)
-    stranger_key = federation.stranger / "supernode-0.key"
-    rogue, rogue_log = federation.client(
-        "client-c", 1, "--connect-timeout", "30", key=stranger_key, num_partitions=3
-    )
-    for log in (a_log, leaver_log, dup_log):
-        assert wait_for_text(log, "SuperNode for partition", 60), log.read_text()
-    server = federation.lan["server"].address
-    run_dir = federation.work / "run"
-    overrides = [
-        "runtime=remote",
-        f"runtime.address={server}:{CONTROL}",
-        f"runtime.root_certificates={federation.certs / certs.CA_CERT}",
-        *("dataset=digits", "model=mlp", "train.batch_size=64", "num_rounds=14"),
-        *("num_clients=3", "clients_per_round=2", f"hydra.run.dir={run_dir}"),
-    ]
-    submit = subprocess.Popen(
-        federation.lan["server"].command([str(BIN / "fl-run"), *overrides]),
-        env=federation.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    control = ["--certs", str(federation.certs), "--control", f"{server}:{CONTROL}"]
-    try:
-        wait_for_rounds(run_dir, 1)
-        # the joining node's own machine makes its key pair; only the .pub travels
-        keys = federation.work / "joiner-keys"
-        made = federation.tool("client-c", "fl-certs", str(keys), "--node-key", "clinic")
-        assert (keys / "clinic.key").stat().st_mode & 0o777 == 0o600, made.stdout
-        joiner = str(keys / "clinic.pub")
-        admitted = federation.tool("server", "fl-server", "register", joiner, *control)
-        assert re.search(r"clinic\.pub: node \d+ registered", admitted.stdout), admitted.stdout
-        joined_at = wait_for_rounds(run_dir, 0)
-        federation.client("client-c", 2, key=keys / "clinic.key", num_partitions=3)
-        wait_for_rounds(run_dir, joined_at + 1, lambda row: bool(row.get("weight_2")))
-
-        leaving = federation.certs / "supernode-1.pub"
-        federation.tool("server", "fl-server", "unregister", str(leaving), *control)
-        left_at = wait_for_rounds(run_dir, 0)
-        assert leaver.wait(timeout=120) == 2
-        assert (
-            "fl-client: error: the SuperLink no longer admits this SuperNode: its key was "
-            "unregistered" in leaver_log.read_text()
-        )
-        output, _ = submit.communicate(timeout=600)
-    finally:
-        if submit.poll() is None:
-            submit.kill()
-    assert submit.returncode == 0, output[-3000:]
-    assert "final accuracy" in output
-    for name in ("summary.json", "checkpoint.npz", "curve.png", "config.yaml"):
-        assert (run_dir / name).is_file(), name
-    rows = MetricsLog(run_dir / "metrics.csv").rows()
-    assert len(rows) == 14 and rows[0]["participants"] == "2"
-    assert not any(r.get("weight_2") for r in rows[:joined_at])
-    assert any(r.get("weight_2") for r in rows[joined_at:])
-    later = rows[left_at + 2 :]  # the round under way may still have held a reply from it
-    assert later and not any(r.get("weight_1") for r in later)
-    listed = federation.tool("server", "fl-server", "nodes", *control)
-    assert len(listed.stdout.splitlines()) == 4  # supernode-0, -2, -3 and clinic: -1 is gone
-
-    # partition 0 went to whichever claimant answered first; the other one was turned away
-    turned_away = [
-        (proc, log)
-        for proc, log in ((a, a_log), (dup, dup_log))
-        if "partition-id 0 is already held by live node" in log.read_text(errors="replace")
-    ]
-    assert len(turned_away) == 1, a_log.read_text()[-2000:] + dup_log.read_text()[-2000:]
-    proc, log = turned_away[0]
-    assert proc.wait(timeout=60) == 2
-    assert "fl-client: error: partition-id 0 is already held by live node" in log.read_text()
-    assert rogue.wait(timeout=60) == 2
-    assert "fl-client: error: the SuperLink refused this SuperNode" in rogue_log.read_text()
 
 
 def test_replicas_enroll_their_own_keys_and_claim_distinct_partitions(
