@@ -3,8 +3,10 @@
 #   build the image from BASE_IMAGE, start the compose federation (1 SuperLink + 3
 #   SuperNode replicas, TLS + SuperNode authentication), let the runner train 2 rounds on a
 #   small config, check the run directory, the replicas' keys, partitions and state, kill a
-#   replica during a second run (it must come back, the run go on), and tear everything down
-#   (also on failure or Ctrl-C).
+#   replica during a second run (it must come back, the run go on), scale beyond
+#   FL_NUM_CLIENTS (the extra replica stops) and back down, stop the SuperLink during a run
+#   (fl-run prints the resume command), and tear everything down (also on failure or
+#   Ctrl-C): `down -v` must leave no volume behind.
 #
 #   docker/e2e.sh [BASE_IMAGE]            # default python:3.11-slim-bookworm
 #
@@ -67,6 +69,7 @@ trap 'exit 143' TERM
 
 say "compose: $COMPOSE; project $PROJECT; logs in $LOGDIR"
 docker info >/dev/null 2>&1 || { say "no Docker engine answers (is dockerd running?)"; exit 2; }
+VOLUMES_BEFORE="$(docker volume ls -q | sort)"
 
 # 1. build
 build_args=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
@@ -124,8 +127,9 @@ for id in $REPLICAS; do
     fi
 done
 
-# 3. secrets: from inside each service, the private keys it can see anywhere are its own only
-#    (nobody but the certs job sees ca.key); keys are mode 0600 and owned by uid 1000
+# 3. secrets: from inside each service, the private keys it can see anywhere are its own
+#    (the replicas: the partitions' keys in their shared `nodes` volume; nobody but the certs
+#    job sees ca.key); keys are mode 0600 and owned by uid 1000
 KEYS_SCRIPT='find / \( -path /proc -o -path /sys \) -prune -o -name "*.key" -print 2>/dev/null |
     sort | while read -r f; do printf "%s:%s " "$f" "$(stat -c %a:%u "$f")"; done'
 check_keys() {  # service, expected listing, then the command that runs `sh -c SCRIPT` in it
@@ -140,22 +144,23 @@ check_keys() {  # service, expected listing, then the command that runs `sh -c S
 }
 SECRETS=""
 check_keys superlink "/certs/server.key:600:1000" compose exec -T superlink sh -c
+NODE_KEYS="$(for p in 0 1 2; do printf '/var/lib/fl-client/partition-%s/node.key:600:1000 ' "$p"; done | sed 's/ $//')"
 for id in $REPLICAS; do
-    check_keys "supernode ${id:0:12}" "/var/lib/fl-client/node.key:600:1000" docker exec "$id" sh -c
+    check_keys "supernode ${id:0:12}" "$NODE_KEYS" docker exec "$id" sh -c
 done
 check_keys runner "" compose run --rm --no-deps -T --entrypoint sh runner -c
-# each replica has a key and a partition of its own, and its client state holds that
-# partition's folder only
+# each replica holds a partition of its own, each partition a key of its own
+claimed() { docker logs "$1" 2>&1 | sed -n 's/.*claimed partition \([0-9]*\) of.*/\1/p' | tail -n 1; }
 PARTS=""
 for id in $REPLICAS; do
-    part="$(docker exec "$id" cat /var/lib/fl-client/claimed-partition)"
-    PARTS="$PARTS $part"
+    PARTS="$PARTS $(claimed "$id")"
 done
 if [ "$(echo $PARTS | tr ' ' '\n' | sort -u | wc -l)" -ne 3 ]; then
     say "replicas claimed partitions$PARTS: not three distinct ones"
     exit 10
 fi
-if [ "$(for id in $REPLICAS; do docker exec "$id" cat /var/lib/fl-client/node.pub; done | sort -u | wc -l)" -ne 3 ]; then
+first="$(echo $REPLICAS | cut -d' ' -f1)"
+if [ "$(docker exec "$first" sh -c 'cat /var/lib/fl-client/partition-*/node.pub' | sort -u | wc -l)" -ne 3 ]; then
     say "replicas do not hold three distinct keys"
     exit 10
 fi
@@ -168,7 +173,7 @@ export FL_RUN_ARGS="$RUN_ARGS num_rounds=8 hydra.run.dir=/runs/e2e-kill"
 $COMPOSE -p "$PROJECT" -f "$HERE/compose.yaml" run --rm -T runner > "$LOGDIR/kill-run.log" 2>&1 &
 kill_run=$!
 victim="$(echo $REPLICAS | cut -d' ' -f1)"
-victim_part="$(docker exec "$victim" cat /var/lib/fl-client/claimed-partition)"
+victim_part="$(claimed "$victim")"
 for _ in $(seq 1 300); do
     grep -q " 2/8 " "$LOGDIR/kill-run.log" 2>/dev/null && break
     sleep 1
@@ -183,7 +188,7 @@ for _ in $(seq 1 60); do
     sleep 1
 done
 RESTARTS="$(docker inspect -f '{{.RestartCount}}' "$victim")"
-back_part="$(docker exec "$victim" cat /var/lib/fl-client/claimed-partition)"
+back_part="$(claimed "$victim")"
 if [ "$RESTARTS" -lt 1 ] || [ "$back_part" != "$victim_part" ]; then
     say "killed replica: restarts $RESTARTS, partition $victim_part -> $back_part"
     exit 11
@@ -239,6 +244,73 @@ if [ -n "$foreign" ]; then
     exit 9
 fi
 
+# 6. a replica beyond FL_NUM_CLIENTS finds every partition held, says so and stays stopped
+#    (exit 0 under restart: on-failure), instead of restarting in a loop
+say "scaling to 4 replicas (FL_NUM_CLIENTS=3)"
+compose up -d --no-recreate --scale supernode=4 supernode > "$LOGDIR/scale-up.log" 2>&1
+extra="$(comm -13 <(echo "$REPLICAS" | sort) <(compose ps -q supernode | sort))"
+for _ in $(seq 1 60); do
+    [ "$(docker inspect -f '{{.State.Status}}' "$extra")" = "exited" ] && break
+    sleep 1
+done
+sleep 10  # a restart policy would have started it again by now
+read -r EXTRA_STATE EXTRA_CODE EXTRA_RESTARTS <<< "$(docker inspect -f '{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}' "$extra")"
+if [ "$EXTRA_STATE $EXTRA_CODE $EXTRA_RESTARTS" != "exited 0 0" ] \
+    || ! docker logs "$extra" 2>&1 | grep -q "this replica has nothing to train and stops"; then
+    docker logs "$extra" 2>&1 | tail -n 20 >&2
+    say "the extra replica: $EXTRA_STATE, exit $EXTRA_CODE, $EXTRA_RESTARTS restarts"
+    exit 12
+fi
+SCALE_UP="4th replica ${extra:0:12}: exited 0 with 'nothing to train', not restarted"
+
+# 7. the SuperLink stops during a run: fl-run says so, with the rounds saved and the command
+#    that resumes the run, and leaves failure.txt saying the same
+say "third run: the SuperLink stopped after round 2"
+export FL_RUN_ARGS="$RUN_ARGS num_rounds=50 hydra.run.dir=/runs/e2e-lost"
+$COMPOSE -p "$PROJECT" -f "$HERE/compose.yaml" run --rm -T runner > "$LOGDIR/lost-run.log" 2>&1 &
+lost_run=$!
+for _ in $(seq 1 300); do
+    grep -q " 2/50 " "$LOGDIR/lost-run.log" 2>/dev/null && break
+    sleep 1
+done
+compose stop superlink > "$LOGDIR/stop-superlink.log" 2>&1
+set +e
+wait "$lost_run"
+lost_rc=$?
+set -e
+if [ "$lost_rc" -ne 1 ] \
+    || ! grep -q "stopped or cannot be reached any more; rounds up to [0-9]* are saved. Continue it with fl-run <the same overrides> resume=true hydra.run.dir=/runs/e2e-lost" "$LOGDIR/lost-run.log" \
+    || ! compose run --rm --no-deps -T --entrypoint grep runner -q "resume=true" /runs/e2e-lost/failure.txt; then
+    tail -n 20 "$LOGDIR/lost-run.log" >&2
+    say "SuperLink stopped: runner exit $lost_rc, or no resume command / failure.txt"
+    exit 13
+fi
+LOST="$(grep -o 'rounds up to [0-9]* are saved' "$LOGDIR/lost-run.log" | tail -n 1); resume command printed, failure.txt written"
+
+# 8. scaling down keeps replicas that work
+say "scaling down to 2 replicas"
+compose up -d --no-recreate --scale supernode=2 supernode > "$LOGDIR/scale-down.log" 2>&1
+running=0
+for id in $(compose ps -q supernode); do
+    [ "$(docker inspect -f '{{.State.Running}}' "$id")" = "true" ] && running=$((running + 1))
+done
+if [ "$running" -ne 2 ]; then
+    compose ps >&2
+    say "after scaling down to 2: $running replicas running"
+    exit 14
+fi
+SCALE_DOWN="2 replicas running"
+
+# 9. down -v removes every volume the project made, the SuperNodes' keys included
+compose down -v --remove-orphans > "$LOGDIR/down.log" 2>&1
+started=0
+left="$(comm -13 <(echo "$VOLUMES_BEFORE") <(docker volume ls -q | sort))"
+if [ -n "$left" ]; then
+    say "volumes left after down -v: $left"
+    exit 15
+fi
+DOWN="no volume left"
+
 status=0
 cat <<REPORT
 == fl_system docker e2e: PASSED ==
@@ -248,6 +320,10 @@ build time   : ${BUILD_S} s
 compose      : $COMPOSE, 1 SuperLink + 3 SuperNode replicas, TLS + SuperNode auth
 partitions   :$PARTS (claimed by the replicas)
 killed       : $KILL
+scale up     : $SCALE_UP
+superlink    : $LOST
+scale down   : $SCALE_DOWN
+down -v      : $DOWN
 run          : $FIRST_RUN_ARGS
 wall time    : ${WALL_S} s of 'compose run --rm runner' (federation started, run followed)
 copy-out     : $LOGDIR/my-runs (owned by uid $(id -u), readable by all)

@@ -125,7 +125,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="seconds to keep trying to reach the server (also after a lost connection)",
     )
     parser.add_argument(
-        "--state-dir", type=Path, help="where client state survives restarts (default: per user)"
+        "--state-dir",
+        type=Path,
+        help="where client state survives restarts (default: per user); with --partition-id "
+        "auto, the claimed partition's folder in it (partition-<id>) holds its key and state",
     )
     parser.add_argument(
         "--heartbeat",
@@ -158,6 +161,7 @@ def settle_identity(args: argparse.Namespace) -> None:
         args.partition_id = enrollment.claim_partition(
             args.claims, args.state_dir, args.num_partitions
         )
+        args.state_dir = enrollment.partition_folder(args.state_dir, args.partition_id)
         say(f"claimed partition {args.partition_id} of {args.num_partitions}")
     if args.enroll is not None:
         if args.state_dir is None or args.auth_key is not None:
@@ -372,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
+    except enrollment.NoFreePartition as err:  # exit 0: a restart policy leaves it stopped
+        say(str(err))
+        return 0
     except DeployError as err:
         print(f"fl-client: error: {err}", file=sys.stderr, flush=True)
         return 2

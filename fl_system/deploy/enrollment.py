@@ -7,9 +7,12 @@ replicas of one service: `docker compose up --scale supernode=N`).
   replica remembers its id in its own state folder and takes it again after a restart (its
   saved client state belongs to that partition); one with nothing remembered takes the lowest
   id never claimed, else the lowest free one.
-- `enroll_key`: the replica's own key pair, made in its own state folder on first start (the
-  private key never leaves it), its public half dropped into the folder `fl-server
-  --enroll-dir` watches, so the SuperLink registers it.
+- `enroll_key`: the partition's key pair, made in the partition's folder of the state folder
+  on first start (the private key never leaves it), its public half dropped into the folder
+  `fl-server --enroll-dir` watches, so the SuperLink registers it. Key and client state
+  belong to the partition, not to a replica: the compose replicas share one state volume
+  (`down -v` removes it; per-replica anonymous volumes were left behind by every replica
+  scaled away).
 
 A replica that can write the shared folders can also claim ids and enroll keys for others:
 a compose project trusts its own replicas; nodes from outside are registered by the operator
@@ -33,6 +36,10 @@ KEY_NAME = "node"  # <state folder>/node.key and node.pub
 _held: list[IO[bytes]] = []  # the claim's open file: its lock lasts as long as the process
 
 
+class NoFreePartition(DeployError):
+    """Every partition id is held by a live replica: an extra replica has nothing to do."""
+
+
 def claim_partition(claims: Path, state: Path, num_partitions: int) -> int:
     """This replica's partition id, locked for its lifetime (DeployError when every id of
     0..num_partitions-1 is held by a live replica)."""
@@ -46,10 +53,18 @@ def claim_partition(claims: Path, state: Path, num_partitions: int) -> int:
             state.mkdir(parents=True, exist_ok=True)
             (state / REMEMBERED).write_text(f"{partition_id}\n")
             return partition_id
-    raise DeployError(
-        f"all {num_partitions} partition ids are held by running replicas (raise "
-        "--num-partitions, FL_NUM_CLIENTS in compose, or run fewer replicas)"
+    raise NoFreePartition(
+        f"all {num_partitions} partition ids are held by running replicas: this replica has "
+        "nothing to train and stops (raise --num-partitions, FL_NUM_CLIENTS in compose, or "
+        "run fewer replicas)"
     )
+
+
+def partition_folder(state: Path, partition_id: int) -> Path:
+    """Where the replica that claimed `partition_id` keeps its key and client state: they
+    belong to the partition, so whichever replica holds it next (a restart, a replica scaled
+    up again) goes on with them, and nothing is left behind in a replica's own volume."""
+    return state / f"partition-{partition_id}"
 
 
 def enroll_key(state: Path, enroll: Path) -> Path:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from fl_system import protocol
 from fl_system.config_nodes import config_to_json
+from fl_system.deploy.checks import reachable, split_address
 from fl_system.launch import LaunchError
 from fl_system.launch.app_bundle import stage_app
 from fl_system.launch.components import app_dir
@@ -91,9 +92,11 @@ def submit_and_follow(
         follow_run(cfg, paths, submit, procs, since=since)
     except LaunchError as err:
         if not paths.summary.exists():
-            stopped = _stopped_from_outside(paths, env, since)
-            if stopped is not None:
-                raise LaunchError(stopped) from None
+            ended = _ended_on_server(paths, env, since) or _superlink_gone(conn, paths)
+            if ended is not None:
+                # the ServerApp that would have written it is gone with its SuperLink
+                paths.failure.write_text(ended + "\n")
+                raise LaunchError(ended) from None
         raise err
     except KeyboardInterrupt as stop:
         procs.stop()  # `flwr run --stream`: it only follows the run
@@ -135,12 +138,25 @@ def _leave(paths: RunPaths, env: dict[str, str], since: int, detach: bool) -> st
     )
 
 
-def stopped_message(run_id: int, status: str, saved: int | None, run_dir: Path) -> str | None:
-    """What to tell the user when Flower says the run ended stopped (None otherwise)."""
-    if status.rsplit(":", 1)[-1] != "stopped":
+def ended_message(run_id: int, status: str, saved: int | None, run_dir: Path) -> str | None:
+    """What to tell the user when Flower says the run ended without completing (None when
+    it completed, or runs still: a summary is then on its way or the log says more)."""
+    if status.endswith(":completed") or not status.startswith("finished"):
         return None
-    return (
-        f"Flower run {run_id} was stopped from outside (flwr stop); {resume_hint(saved, run_dir)}"
+    if status.endswith(":stopped"):
+        why = "was stopped from outside (flwr stop)"
+    else:
+        why = f"ended as {status.split(':', 1)[-1]} on the server (its SuperLink restarted?)"
+    return f"Flower run {run_id} {why}; {resume_hint(saved, run_dir)}"
+
+
+def _superlink_gone(conn: Connection, paths: RunPaths) -> str | None:
+    """The SuperLink stopped (or its machine cannot be reached) during the run."""
+    host, port = split_address(conn.address, "runtime.address")
+    if reachable(host, port):
+        return None
+    return f"the SuperLink at {conn.address} stopped or cannot be reached any more; " + resume_hint(
+        saved_rounds(paths), paths.root
     )
 
 
@@ -151,7 +167,7 @@ def _started_run(paths: RunPaths, since: int) -> int | None:
     return int(started[-1]) if started else None
 
 
-def _stopped_from_outside(paths: RunPaths, env: dict[str, str], since: int) -> str | None:
+def _ended_on_server(paths: RunPaths, env: dict[str, str], since: int) -> str | None:
     """Ask the SuperLink what became of the run `flwr run` started."""
     run_id = _started_run(paths, since)
     if run_id is None:
@@ -171,7 +187,7 @@ def _stopped_from_outside(paths: RunPaths, env: dict[str, str], since: int) -> s
     if not runs:
         return None
     status = str(runs[0].get("status", ""))
-    return stopped_message(run_id, status, saved_rounds(paths), paths.root)
+    return ended_message(run_id, status, saved_rounds(paths), paths.root)
 
 
 def _read(path: Path, since: int) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fl_system.launch.processes import descendants
 from fl_system.results import MetricsLog
-from tests.e2e.federation import BIN, CONTROL, Federation
+from tests.e2e.federation import BIN, CONTROL, Federation, wait_for_rounds
 
 KINDS = ("supernode", "fl-client", "host")
 ADMITTED = "SuperNode ID"  # Flower's line once the SuperLink activated the node
@@ -183,6 +183,55 @@ class Churn:
             ).stdout.split()
             left[host] = [_cmd(int(p)) for p in pids]
         return {host: cmds for host, cmds in left.items() if cmds}
+
+
+@dataclass
+class Outcome:
+    """What a churned run left: fl-run's exit code and output, metrics.csv's rows, the
+    server's join/leave/return lines, and processes left in the client hosts."""
+
+    code: int
+    output: str
+    rows: list[dict[str, str]]
+    lines: dict[str, list[int]]
+    leftovers: dict[str, list[str]]
+    claimant: tuple[int, str] | None  # the claimant of a held partition: exit code, output
+
+
+def churned_run(
+    federation: Federation, hosts: list[str], plan: Plan, run_dir: Path, *, claimant: bool
+) -> Outcome:
+    """Start a node per host, take one down, submit the run, play the plan to the run's end
+    (with `claimant`, a node claiming partition 0 comes after round 1), stop every node."""
+    nodes = Churn(federation, hosts, num_partitions=len(hosts))
+    nodes.start_nodes()
+    for node in nodes.every_node:
+        assert wait_for_admission(node, 90), node.log.read_text()
+    out = run_dir.with_name(run_dir.name + "-fl-run.log")
+    nodes.fire(plan.events[0], 0)  # the `before` event: down when the run handshakes it
+    run = fl_run(federation, run_dir, plan.num_rounds, len(hosts), out)
+    rival = None
+    try:
+        if claimant:  # turned away before any event can take partition 0's holder down
+            wait_for_rounds(run_dir, 1)
+            key = federation.certs / "supernode-4.key"
+            rival = federation.client("server", 0, key=key, num_partitions=len(hosts))
+            rival[0].wait(timeout=120)
+        nodes.follow(plan, run, run_dir)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        nodes.stop()
+    run.wait()
+    metrics = run_dir / "metrics.csv"
+    return Outcome(
+        code=run.returncode,
+        output=out.read_text(errors="replace"),
+        rows=MetricsLog(metrics).rows() if metrics.exists() else [],
+        lines=log_lines(run_dir / "logs" / "serverapp.log"),
+        leftovers=nodes.left_in_namespaces(),
+        claimant=(rival[0].returncode, rival[1].read_text()) if rival else None,
+    )
 
 
 def wait_for_admission(node: Node, timeout: float) -> bool:

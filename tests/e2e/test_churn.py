@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from fl_system.results import MetricsLog
 from tests.e2e import churn
 from tests.e2e.federation import Federation, started_federation
 from tests.e2e.netns import unavailable
@@ -31,49 +30,33 @@ def test_a_run_completes_through_churn_and_takes_every_returning_node_back(
     federation: Federation,
 ) -> None:
     plan = churn.draw(SEED, ROUNDS, len(HOSTS), in_run=3)
-    nodes = churn.Churn(federation, HOSTS, num_partitions=len(HOSTS))
-    nodes.start_nodes()
-    for node in nodes.every_node:
-        assert churn.wait_for_admission(node, 90), node.log.read_text()
-    run_dir, out = federation.work / "run", federation.work / "fl-run.log"
-    nodes.fire(plan.events[0], 0)  # down when the run handshakes it
-    run = churn.fl_run(federation, run_dir, ROUNDS, len(HOSTS), out)
-    # a second node claiming a held partition is turned away and told by whom
-    claimant, claimant_log = federation.client(
-        "server", 0, key=federation.certs / "supernode-4.key", num_partitions=len(HOSTS)
-    )
-    try:
-        nodes.follow(plan, run, run_dir)
-    finally:
-        if run.poll() is None:
-            run.kill()
-        nodes.stop()
-    assert run.wait() == 0, out.read_text()[-3000:]
-    assert "final accuracy" in out.read_text()
+    run_dir = federation.work / "run"
+    outcome = churn.churned_run(federation, HOSTS, plan, run_dir, claimant=True)
+    assert outcome.code == 0, outcome.output[-3000:]
+    assert "final accuracy" in outcome.output
     for name in ("summary.json", "checkpoint.npz", "curve.png", "config.yaml"):
         assert (run_dir / name).is_file(), name
-    rows = MetricsLog(run_dir / "metrics.csv").rows()
-    assert len(rows) == ROUNDS
-    assert claimant.wait(timeout=60) == 2
-    assert "fl-client: error: partition-id 0 is already held by live node" in (
-        claimant_log.read_text()
-    )
+    assert len(outcome.rows) == ROUNDS
+    # every node taken down came back and trained within 2 rounds of its return
     report = []
     for event in plan.events:
         assert event.returned_rows is not None, f"{event.kind} {event.partition}: never admitted"
-        back = churn.first_round_back(rows, event)
+        back = churn.first_round_back(outcome.rows, event)
         report.append((event.kind, event.partition, event.returned_rows, back))
         assert back is not None and back <= 2, report
     # every join, loss and return is on the server's log, by partition
-    lines = churn.log_lines(run_dir / "logs" / "serverapp.log")
     kills = [e for e in plan.events if e.kind != "before"]
+    lines = outcome.lines
     assert Counter(lines["left"]) == Counter(e.partition for e in kills), lines
-    assert Counter(lines["returns"]) == Counter(e.partition for e in kills if e.kind != "leave"), (
-        lines
-    )
+    returns = Counter(e.partition for e in kills if e.kind != "leave")
+    assert Counter(lines["returns"]) == returns, lines
     newcomer = next(e for e in plan.events if e.kind == "leave").partition
     assert Counter(lines["joins"]) == Counter([*range(len(HOSTS)), newcomer]), lines
-    assert nodes.left_in_namespaces() == {}
+    assert outcome.leftovers == {}
+    # a second node claiming a held partition was turned away and told by whom
+    assert outcome.claimant is not None
+    code, said = outcome.claimant
+    assert code == 2 and "fl-client: error: partition-id 0 is already held by live node" in said
     newcomer_key = federation.work / "newcomer-keys" / "newcomer.key"
     assert newcomer_key.stat().st_mode & 0o777 == 0o600  # made on its own host, kept private
     # registered now: supernode-0..4 less the one unregistered, and the newcomer

@@ -145,11 +145,9 @@ def test_replicas_enroll_their_own_keys_and_claim_distinct_partitions(
         assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
     claimed = [re.search(r"claimed partition (\d) of 2", log.read_text()) for log in logs]
     assert sorted(int(m.group(1)) for m in claimed if m) == [0, 1]
-    for host in ("client-a", "client-b"):
-        assert (
-            oct((federation.work / f"replica-{host}" / "node.key").stat().st_mode & 0o777)
-            == "0o600"
-        )
+    for host, match in zip(("client-a", "client-b"), claimed, strict=True):
+        folder = federation.work / f"replica-{host}" / f"partition-{match.group(1)}"
+        assert oct((folder / "node.key").stat().st_mode & 0o777) == "0o600"
     assert len(list((federation.work / "enroll").glob("*.pub"))) == 2
 
 

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,13 @@ import pytest
 from fl_system.launch.processes import alive, descendants
 from fl_system.launch.submit import CONNECTION, Connection, write_flwr_home
 from fl_system.results import MetricsLog
-from tests.integration.conftest import QUICK, HandStartedFederation, interrupt_when, run_cli
+from tests.integration.conftest import (
+    FL_RUN,
+    QUICK,
+    HandStartedFederation,
+    interrupt_when,
+    run_cli,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +43,38 @@ def test_submit_to_a_running_federation(tmp_path: Path, cli_env: dict[str, str])
         assert federation.procs.first_dead() is None  # the federation outlives the run
         for detach in (False, True):
             _stop_fl_run(tmp_path, cli_env, federation, detach)
+        _lose_the_superlink(tmp_path, cli_env, federation)
     finally:
         federation.stop()
+
+
+def _lose_the_superlink(
+    tmp_path: Path, env: dict[str, str], federation: HandStartedFederation
+) -> None:
+    """The SuperLink stops mid-run (its ServerApp with it): fl-run says so, with the rounds
+    saved and the resume command, and leaves failure.txt saying the same."""
+    run_dir = tmp_path / "superlink-lost"
+    metrics = run_dir / "metrics.csv"
+    args = [*QUICK, "num_rounds=500", *federation.remote_args(), f"hydra.run.dir={run_dir}"]
+    run = subprocess.Popen(
+        [FL_RUN, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (metrics.exists() and len(MetricsLog(metrics).rows()) >= 1):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
+            time.sleep(0.2)
+        superlink = federation.procs.procs[0][1]
+        os.killpg(superlink.pid, signal.SIGKILL)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, err[-2000:]
+    said = f"the SuperLink at 127.0.0.1:{federation.control} stopped or cannot be reached any more"
+    assert f"fl-run: error: {said}; rounds up to " in err, err[-2000:]
+    failure = (run_dir / "failure.txt").read_text()
+    assert failure.startswith(said) and f"resume=true hydra.run.dir={run_dir}" in failure
 
 
 def _stop_fl_run(

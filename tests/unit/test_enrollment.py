@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.deploy import enrollment, members
+from fl_system.deploy import client, enrollment, members
 from fl_system.deploy.checks import DeployError
 
 _REPLICA = """
@@ -84,3 +84,51 @@ def test_a_replica_makes_its_key_once_and_enrolls_only_the_public_half(tmp_path:
     before = private.read_bytes()
     assert enrollment.enroll_key(state, enroll) == private  # a restart: the same key
     assert private.read_bytes() == before and list(enroll.iterdir()) == [dropped]
+
+
+def test_replicas_sharing_one_state_volume_keep_key_and_state_per_partition(
+    tmp_path: Path,
+) -> None:
+    """Compose replicas share one state volume: each keeps its key and client state in the
+    folder of the partition it claimed, so `down -v` removes them and a replica that takes
+    the partition over later goes on with them."""
+    shared, claims, enroll = tmp_path / "nodes", tmp_path / "nodes" / "claims", tmp_path / "e"
+    argv = [
+        "--server", "127.0.0.1:9092", "--insecure", "--partition-id", "auto",
+        "--claims", str(claims), "--num-partitions", "2", "--state-dir", str(shared),
+        "--enroll", str(enroll),
+    ]  # fmt: skip
+    holder = _Replica(claims, tmp_path / "elsewhere", 2)  # another replica holds one id
+    try:
+        args = client.parse_args(argv)
+        client.settle_identity(args)
+        folder = shared / f"partition-{args.partition_id}"
+        assert args.partition_id == 1 - holder.partition_id
+        assert (args.state_dir, args.auth_key) == (folder, folder / "node.key")
+        assert f'state-dir="{folder}"' in client.node_config(args)
+    finally:
+        holder.kill()
+
+
+def test_an_extra_replica_says_it_has_nothing_to_do_and_exits_0(tmp_path: Path) -> None:
+    """Exit 0, so that compose's restart policy (on-failure) leaves it stopped instead of
+    restarting it in a loop."""
+    claims = tmp_path / "claims"
+    holder = _Replica(claims, tmp_path / "state-0", 1)
+    try:
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "fl-client"), "--server", "127.0.0.1:9",
+                "--insecure", "--partition-id", "auto", "--claims", str(claims),
+                "--num-partitions", "1", "--state-dir", str(tmp_path / "state-1"),
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        holder.kill()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "fl-client: all 1 partition ids are held by running replicas: this replica has nothing "
+        "to train and stops (raise --num-partitions, FL_NUM_CLIENTS in compose, or run fewer "
+        "replicas)"
+    )
