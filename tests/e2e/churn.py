@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fl_system.launch.processes import descendants
 from fl_system.results import MetricsLog
-from tests.e2e.federation import BIN, CONTROL, Federation, wait_for_rounds
+from tests.e2e.federation import BIN, CONTROL, Federation
 
 KINDS = ("supernode", "fl-client", "host")
 ADMITTED = "SuperNode ID"  # Flower's line once the SuperLink activated the node
@@ -139,11 +139,16 @@ class Churn:
             key = keys / "newcomer.key"
         event.restarted = self.start(node.host, node.partition, key)
 
-    def follow(self, plan: Plan, run: subprocess.Popen, run_dir: Path) -> None:
-        """Fire, restart and watch for returns until the run ends."""
+    def follow(
+        self, plan: Plan, run: subprocess.Popen, run_dir: Path, until: int | None = None
+    ) -> None:
+        """Fire, restart and watch for returns until the run ends (or `until` rounds are
+        done)."""
         metrics = run_dir / "metrics.csv"
         while run.poll() is None:
             rows = MetricsLog(metrics).rows() if metrics.exists() else []
+            if until is not None and len(rows) >= until:
+                return
             for event in plan.events:
                 # a partition whose node is not back yet from an earlier event waits its turn
                 away = {e.partition for e in plan.events if e.fired_at and e.back_at is None}
@@ -213,7 +218,7 @@ def churned_run(
     rival = None
     try:
         if claimant:  # turned away before any event can take partition 0's holder down
-            wait_for_rounds(run_dir, 1)
+            nodes.follow(plan, run, run_dir, until=1)
             key = federation.certs / "supernode-4.key"
             rival = federation.client("server", 0, key=key, num_partitions=len(hosts))
             rival[0].wait(timeout=120)
