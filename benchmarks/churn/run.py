@@ -116,8 +116,9 @@ def render(
         "next. Rounds missed: from the round under way at the event to its partition's first "
         "round back. The server's log: "
         f"{len(outcome.lines['left'])} departures, {len(outcome.lines['returns'])} returns, "
-        f"{len(outcome.lines['joins'])} joins. Timeline: `plot.png` (a dot per partition and "
-        "round it trained in; a line per event).",
+        f"{len(outcome.lines['joins'])} joins. Timeline: `plot.png` (a tick per round a "
+        "partition trained in; x where its node was taken down, o where it was admitted "
+        "again).",
     ]
     return out
 
