@@ -35,6 +35,7 @@ from flwr.supercore.interceptors import (
 from flwr.supercore.logger import log as flwr_log
 from flwr.supercore.logger import mirror_output_to_queue, restore_output
 from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.retry.retry_invoker import RetryInvoker
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult
 from flwr.supercore.superexec.plugin.clientapp_exec_plugin import ClientAppExecPlugin
@@ -42,6 +43,8 @@ from flwr.supercore.superexec.plugin.serverapp_exec_plugin import ServerAppExecP
 from flwr.supercore.utils import get_flwr_home
 from flwr.superlink.runtime import run_serverapp as flwr_run_serverapp
 from flwr.supernode.nodestate import InMemoryNodeState
+
+CLAIM_RETRY_SECONDS = 10.0  # a Runtime API that does not answer this long is taken as gone
 
 
 def problems() -> list[str]:
@@ -89,7 +92,7 @@ class TaskClaimer:
             insecure=True,
             root_certificates=None,
             interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
-            retry_invoker=make_simple_http_retry_invoker(),
+            retry_invoker=_bounded(make_simple_http_retry_invoker()),
         )
         self.collect = _Collect()
         plugin = ServerAppExecPlugin if serverapp else ClientAppExecPlugin
@@ -117,6 +120,14 @@ class TaskClaimer:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _bounded(invoker: RetryInvoker) -> RetryInvoker:
+    """Flower's HTTP retries, given up after CLAIM_RETRY_SECONDS: Flower's own retry for
+    ever (max_time None), so a launcher whose node vanished mid-call never came back to
+    notice it was gone."""
+    invoker.max_time = CLAIM_RETRY_SECONDS
+    return invoker
 
 
 KILLED = "ClientApp process killed"  # how the launcher's report on a dead child begins

@@ -59,7 +59,9 @@ class RemoteRuntime:
         flwr_home = Path(tempfile.mkdtemp(prefix="fl-system-flwr-"))
         try:
             env = tool_env({"FLWR_HOME": str(flwr_home)})
-            submit_and_follow(cfg, paths, self.connection, procs, env, detach=self.detach)
+            submit_and_follow(
+                cfg, paths, self.connection, procs, env, remote=True, detach=self.detach
+            )
         finally:
             procs.stop()
             shutil.rmtree(flwr_home, ignore_errors=True)

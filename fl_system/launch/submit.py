@@ -72,12 +72,15 @@ def submit_and_follow(
     procs: ProcessGroup,
     env: dict[str, str],
     *,
+    remote: bool = False,
     detach: bool = False,
 ) -> None:
     """Submit the run through `conn` with a private FLWR_HOME and follow it to the end.
 
-    Ctrl-C or SIGTERM stops the run on the server too (`flwr stop`), or with `detach` leaves
-    it running there; either way the KeyboardInterrupt goes on carrying what was done."""
+    A `remote` SuperLink (one the runtime did not start, so does not stop) outlives fl-run:
+    Ctrl-C or SIGTERM stops the run on it too (`flwr stop`), or with `detach` leaves it
+    running there, the KeyboardInterrupt going on with what was done; and a SuperLink that
+    stopped or cannot be reached during the run is said so."""
     flwr_home = Path(env["FLWR_HOME"])
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
@@ -92,15 +95,18 @@ def submit_and_follow(
         follow_run(cfg, paths, submit, procs, since=since)
     except LaunchError as err:
         if not paths.summary.exists():
-            ended = _ended_on_server(paths, env, since) or _superlink_gone(conn, paths)
+            ended = _stopped_from_outside(paths, env, since)
+            if ended is None and remote:
+                ended = _superlink_gone(conn, paths)
             if ended is not None:
                 # the ServerApp that would have written it is gone with its SuperLink
                 paths.failure.write_text(ended + "\n")
                 raise LaunchError(ended) from None
         raise err
     except KeyboardInterrupt as stop:
-        procs.stop()  # `flwr run --stream`: it only follows the run
-        stop.args = (_leave(paths, env, since, detach),)
+        if remote:
+            procs.stop()  # `flwr run --stream`: it only follows the run
+            stop.args = (_leave(paths, env, since, detach),)
         raise
 
 
@@ -138,16 +144,13 @@ def _leave(paths: RunPaths, env: dict[str, str], since: int, detach: bool) -> st
     )
 
 
-def ended_message(run_id: int, status: str, saved: int | None, run_dir: Path) -> str | None:
-    """What to tell the user when Flower says the run ended without completing (None when
-    it completed, or runs still: a summary is then on its way or the log says more)."""
-    if status.endswith(":completed") or not status.startswith("finished"):
+def stopped_message(run_id: int, status: str, saved: int | None, run_dir: Path) -> str | None:
+    """What to tell the user when Flower says the run ended stopped (None otherwise)."""
+    if status.rsplit(":", 1)[-1] != "stopped":
         return None
-    if status.endswith(":stopped"):
-        why = "was stopped from outside (flwr stop)"
-    else:
-        why = f"ended as {status.split(':', 1)[-1]} on the server (its SuperLink restarted?)"
-    return f"Flower run {run_id} {why}; {resume_hint(saved, run_dir)}"
+    return (
+        f"Flower run {run_id} was stopped from outside (flwr stop); {resume_hint(saved, run_dir)}"
+    )
 
 
 def _superlink_gone(conn: Connection, paths: RunPaths) -> str | None:
@@ -167,7 +170,7 @@ def _started_run(paths: RunPaths, since: int) -> int | None:
     return int(started[-1]) if started else None
 
 
-def _ended_on_server(paths: RunPaths, env: dict[str, str], since: int) -> str | None:
+def _stopped_from_outside(paths: RunPaths, env: dict[str, str], since: int) -> str | None:
     """Ask the SuperLink what became of the run `flwr run` started."""
     run_id = _started_run(paths, since)
     if run_id is None:
@@ -187,7 +190,7 @@ def _ended_on_server(paths: RunPaths, env: dict[str, str], since: int) -> str | 
     if not runs:
         return None
     status = str(runs[0].get("status", ""))
-    return ended_message(run_id, status, saved_rounds(paths), paths.root)
+    return stopped_message(run_id, status, saved_rounds(paths), paths.root)
 
 
 def _read(path: Path, since: int) -> str:

@@ -146,8 +146,7 @@ class Launcher:
             while (woken := self._wait_for_news()) is not None:
                 self._reap()
                 for node in woken:
-                    for spec in node.claimer.claim_pending():
-                        self._fork(node, spec)
+                    self._claim(node)
         finally:
             self._end_children()
             # closing the clients of nodes that are gone must not keep this process alive
@@ -156,6 +155,16 @@ class Launcher:
             deadline.start()
             for node in [*self.nodes.values(), *([self.server] if self.server else [])]:
                 self._forget(node)
+
+    def _claim(self, node: _Node) -> None:
+        """Fork a child for each task pending at `node`. A node whose Runtime API stopped
+        answering (it died mid-call) is dropped at the next look; one still alive is told."""
+        try:
+            for spec in node.claimer.claim_pending():
+                self._fork(node, spec)
+        except Exception as err:  # whatever its HTTP client raised when it gave up
+            if alive(node.pid):
+                say(f"ERROR: claiming tasks from {node.address} failed: {err}", node.out)
 
     def _end_children(self) -> None:
         """The nodes are gone or going, so no reply of a child still running can arrive:

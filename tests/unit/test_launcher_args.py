@@ -80,3 +80,31 @@ def test_a_stopping_launcher_ends_the_children_it_forked() -> None:
     finally:
         if alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+NODE_GONE_MID_CALL = """
+import os, subprocess, sys, time
+from fl_system import flwr_tasks
+from fl_system.launch.processes import free_port
+from fl_system.supernode.launcher import Launcher
+
+flwr_tasks.CLAIM_RETRY_SECONDS = 1.0
+read_end, write_end = os.pipe()  # the node never writes: the fallback poll claims
+node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+launcher = Launcher(read_end, node.pid, shared=False)
+launcher.add_node(f"127.0.0.1:{free_port()}", node.pid)  # a Runtime API nobody serves
+started = time.monotonic()
+launcher.serve()
+print(f"{time.monotonic() - started:.1f}", flush=True)
+"""
+
+
+def test_a_launcher_whose_node_vanished_mid_call_stops() -> None:
+    """Flower's HTTP client retries for ever; the launcher's claims give up after
+    CLAIM_RETRY_SECONDS, so it notices its node is gone and stops."""
+    done = subprocess.run(
+        [sys.executable, "-c", NODE_GONE_MID_CALL], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) < 10
+    assert "ERROR: claiming tasks from 127.0.0.1:" in done.stderr
