@@ -111,11 +111,7 @@ class Churn:
             node.proc.send_signal(signal.SIGKILL)
             node.proc.wait(timeout=10)
         elif event.kind == "host":
-            namespace = self.federation.lan[node.host].namespace
-            pids = subprocess.run(
-                ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=True
-            ).stdout.split()
-            for pid in map(int, pids):
+            for pid in self._pids_in(node.host):
                 signal_pid(pid, signal.SIGKILL)
             node.proc.wait(timeout=10)
         else:  # leave: the operator unregisters the node's key; a newcomer takes its place
@@ -178,15 +174,19 @@ class Churn:
         for node in self.nodes.values():
             node.proc.wait(timeout=60)
 
+    def _pids_in(self, host: str) -> list[int]:
+        """Every process in `host`'s network namespace."""
+        namespace = self.federation.lan[host].namespace
+        listed = subprocess.run(
+            ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=True
+        )
+        return [int(pid) for pid in listed.stdout.split()]
+
     def left_in_namespaces(self) -> dict[str, list[str]]:
         """Processes still alive in each client host's namespace (none, once stopped)."""
         left = {}
         for host in self.hosts:
-            namespace = self.federation.lan[host].namespace
-            pids = subprocess.run(
-                ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=True
-            ).stdout.split()
-            left[host] = [_cmd(int(p)) for p in pids]
+            left[host] = [_cmd(p) for p in self._pids_in(host)]
         return {host: cmds for host, cmds in left.items() if cmds}
 
 
