@@ -46,7 +46,7 @@ def compression_for(config_json: str, direction: str = "up") -> Compression | No
 
 def run_config(context: Context) -> str:
     if STATE not in context.state.config_records:
-        raise RuntimeError("message before the handshake: this node has no run config")
+        raise RuntimeError(protocol.NO_RUN_CONFIG)
     return str(context.state.config_records[STATE][protocol.RUN_CONFIG])
 
 

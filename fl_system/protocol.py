@@ -61,6 +61,10 @@ EVAL_COUNTS = "eval-counts"
 # Message sent once per node before its first round: carries the config, returns identity.
 HANDSHAKE_ACTION = "handshake"  # ClientApp: @app.query(HANDSHAKE_ACTION)
 HANDSHAKE = f"query.{HANDSHAKE_ACTION}"
+# What a ClientApp raises for any other message when it holds no handshake: its SuperNode
+# restarted since (a node keeps its id across restarts under SuperNode authentication, not its
+# ClientApp's context). The server handshakes a node whose error says this again.
+NO_RUN_CONFIG = "message before the handshake: this node has no run config"
 # A node holding its own data (dataset=images|table|hf|npz) adds to its handshake reply a
 # ConfigRecord NODE_DATA: NODE_REPORT (fl_system.data.node_data.NodeReport as JSON: counts,
 # classes, columns, no rows) and NODE_NAME (its node config `name`, else its partition id).

@@ -26,7 +26,7 @@ from flwr.app import ArrayRecord, Error, Message, Metadata
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-from fl_system import flwr_hooks, wire
+from fl_system import flwr_hooks, protocol, wire
 from fl_system.flwr_hooks import WireSize
 
 log = logging.getLogger(__name__)
@@ -234,11 +234,7 @@ class Courier:
             pack=self.pack,
         )
         answered = {r.metadata.src_node_id for r in traffic.replies}
-        self._gone.update(
-            r.metadata.src_node_id
-            for r in traffic.replies
-            if r.has_error() and r.error.code == ErrorCode.NODE_UNAVAILABLE
-        )
+        self.note_gone(traffic.replies)
         for m in messages:
             if m.metadata.dst_node_id not in answered:
                 self.timed_out += 1
@@ -258,12 +254,27 @@ class Courier:
         tally.seconds += time.monotonic() - start
         return traffic
 
+    def note_gone(self, replies: Iterable[Message]) -> None:
+        """Note the nodes whose replies say they went away: the SuperLink found them offline,
+        or their ClientApp lost its handshake (the node restarted, keeping its id, between
+        two looks of the server). Flower's own training exchange (`Strategy.start`) bypasses
+        the courier: `Federation.received` notes its replies."""
+        self._gone.update(r.metadata.src_node_id for r in replies if went_away(r))
+
     def take_gone(self) -> set[int]:
         """Nodes the SuperLink reported unavailable since the last call: they went offline,
         and one that is back (a restarted node keeps its id under SuperNode authentication)
         must be handshaked again."""
         gone, self._gone = self._gone, set()
         return gone
+
+
+def went_away(reply: Message) -> bool:
+    """Whether an error reply means its node left since the server last handshaked it."""
+    if not reply.has_error():
+        return False
+    error = reply.error
+    return error.code == ErrorCode.NODE_UNAVAILABLE or protocol.NO_RUN_CONFIG in error.reason
 
 
 def reply_limit(model: ArrayRecord, ratio: float | None) -> int | None:

@@ -204,8 +204,10 @@ class Federation:
 
     def received(self, sent: Sequence[Message], replies: Sequence[Message]) -> UpdateTally:
         """Replies made whole, in place (the courier unpacked them on arrival; Flower's loop
-        gets plain ones): their clients' model versions noted, and compressed updates decoded
-        against the model each node was sent."""
+        gets plain ones): their clients' model versions noted, compressed updates decoded
+        against the model each node was sent, and nodes that went away noted for the next
+        refresh."""
+        self.courier.note_gone(replies)
         if self.downlink is not None:
             self.downlink.confirm(replies)
         if self.compression is None:

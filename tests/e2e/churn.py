@@ -283,6 +283,12 @@ def log_lines(serverapp_log: Path) -> dict[str, list[int]]:
     }
 
 
+def said_of(serverapp_log: Path, partition: int) -> list[str]:
+    """The server's lines naming `partition` (joins, drops, departures), for a failure."""
+    text = serverapp_log.read_text(errors="replace") if serverapp_log.exists() else ""
+    return [line for line in text.splitlines() if re.search(rf"partition {partition}\b", line)]
+
+
 def fl_run(federation: Federation, run_dir: Path, num_rounds: int, partitions: int, log: Path):
     """`fl-run runtime=remote` from the server's host, in the background."""
     server = federation.lan["server"].address

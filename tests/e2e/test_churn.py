@@ -43,7 +43,8 @@ def test_a_run_completes_through_churn_and_takes_every_returning_node_back(
         assert event.returned_rows is not None, f"{event.kind} {event.partition}: never admitted"
         back = churn.first_round_back(outcome.rows, event)
         report.append((event.kind, event.partition, event.returned_rows, back))
-        assert back is not None and back <= 2, report
+        said = churn.said_of(run_dir / "logs" / "serverapp.log", event.partition)
+        assert back is not None and back <= 2, (report, said)
     # every join, loss and return is on the server's log, by partition
     kills = [e for e in plan.events if e.kind != "before"]
     lines = outcome.lines

@@ -4,10 +4,12 @@ a reply above the size limit is refused unread."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from flwr.app import (
     Array,
     ArrayRecord,
     ConfigRecord,
+    Context,
     Error,
     Message,
     MessageType,
@@ -17,6 +19,7 @@ from flwr.app import (
 from flwr.common.constant import ErrorCode
 from flwr.server.superlink.linkstate.utils import NODE_UNAVAILABLE_ERROR_REASON
 
+from client_app import incoming
 from fl_system import wire
 from server_app.exchange import REPLY_TOO_LARGE, Courier, exchange
 
@@ -118,3 +121,30 @@ def test_the_courier_keeps_the_nodes_reported_unavailable_until_taken() -> None:
     courier.begin_round(2, ArrayRecord())  # kept across rounds until the registry takes them
     assert courier.take_gone() == {815}
     assert courier.take_gone() == set()
+
+
+def _clientapp_error(reply_to: str, node: int, raised: Exception) -> Message:
+    """A ClientApp's error reply, its reason in Flower's words (flwr-clientapp's format)."""
+    reason = str(type(raised)) + ":<'" + str(raised) + "'>"
+    error = Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason)
+    return Message(metadata=_reply_metadata(reply_to, node), error=error)
+
+
+def test_a_node_whose_clientapp_lost_its_handshake_is_noted_gone_and_a_failing_one_is_not() -> None:
+    """A SuperNode restarted between two looks of the server keeps its id but not its
+    ClientApp's context: its next message raises for want of a run config, and the node must
+    be handshaked again (else it fails every round to the end). Any other ClientApp error is
+    the app failing, which another handshake does not mend."""
+    with pytest.raises(RuntimeError) as lost:
+        incoming.run_config(Context(1, 4711, {}, RecordDict(), {}))  # a fresh context
+    grid = _Grid()
+    grid.replies = [
+        _clientapp_error("m0", 4711, lost.value),
+        _clientapp_error("m1", 815, ValueError("bad data")),
+    ]
+    courier = Courier(timeout=0.05, max_reply_ratio=None)
+    courier.begin_round(1, ArrayRecord())
+    courier.send(grid, [_sent(4711), _sent(815)], "train")
+    assert courier.take_gone() == {4711}
+    courier.note_gone([_clientapp_error("m2", 99, lost.value)])  # Flower's own training loop
+    assert courier.take_gone() == {99}
