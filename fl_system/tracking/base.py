@@ -4,6 +4,9 @@ A tracker is built from its config node (`conf/tracking/<name>.yaml`, `_target_`
 process that runs the ServerApp, and logs one run: `start` (or continue) it, one `log_round`
 per round, the summary and the run's files at the end, and its status. `mark_ended` ends a run
 from another process: fl-run, once every process of an interrupted or crashed run is gone.
+Each call carries `at`, when it happened in the run (seconds since the epoch): trackers log in
+a process of their own that may start seconds after the run (its imports, a new store), so
+their own clock would stamp a run's rounds all at its end.
 """
 
 from __future__ import annotations
@@ -50,15 +53,16 @@ class Tracker(ABC):
     """One tracking backend; any exception it raises drops it from the run with one warning."""
 
     @abstractmethod
-    def start(self, run: RunInfo, previous: str | None) -> str:
-        """Open the run, or continue `previous` (its id from an earlier start); its id."""
+    def start(self, run: RunInfo, previous: str | None, at: float) -> str:
+        """Open the run started `at`, or continue `previous` (its id from an earlier start);
+        its id."""
 
     @abstractmethod
-    def log_round(self, step: int, metrics: Mapping[str, float]) -> None:
-        """One round's metrics at step = round."""
+    def log_round(self, step: int, metrics: Mapping[str, float], at: float) -> None:
+        """One round's metrics at step = round; the round ended `at`."""
 
     @abstractmethod
-    def log_summary(self, summary: Mapping[str, Any], step: int) -> None:
+    def log_summary(self, summary: Mapping[str, Any], step: int, at: float) -> None:
         """summary.json's values, once at the end."""
 
     @abstractmethod
@@ -66,11 +70,13 @@ class Tracker(ABC):
         """The run's files (curve.png, metrics.csv, summary.json, config.yaml)."""
 
     @abstractmethod
-    def end(self, status: str, error: str | None) -> None:
-        """Close the run with FINISHED or FAILED (and the error line)."""
+    def end(self, status: str, error: str | None, at: float) -> None:
+        """Close the run, ended `at`, with FINISHED or FAILED (and the error line)."""
 
     @abstractmethod
-    def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
+    def mark_ended(
+        self, run: RunInfo, run_id: str, status: str, error: str | None, at: float
+    ) -> None:
         """Close run `run_id`, left open by a process that is gone, with `status`."""
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ class MlflowTracker(Tracker):
         self.client = MlflowClient(tracking_uri=uri)
         self.run_id: str | None = None
 
-    def start(self, run: RunInfo, previous: str | None) -> str:
+    def start(self, run: RunInfo, previous: str | None, at: float) -> str:
         if previous is not None:  # resume: the same MLflow run, running again
             self.client.update_run(previous, status="RUNNING")
             self.run_id = previous
@@ -49,22 +48,23 @@ class MlflowTracker(Tracker):
         if run.sweep is not None:
             tags[_SWEEP_TAG] = run.sweep
             tags["mlflow.parentRunId"] = self._sweep_parent(experiment_id, run)
-        created = self.client.create_run(experiment_id, run_name=run.name, tags=tags)
+        created = self.client.create_run(
+            experiment_id, start_time=_ms(at), run_name=run.name, tags=tags
+        )
         self.run_id = created.info.run_id
         params = [Param(k, str(v)[:_VALUE_LENGTH]) for k, v in run.params.items()]
         for at in range(0, len(params), _BATCH):
             self.client.log_batch(self.run_id, params=params[at : at + _BATCH])
         return self.run_id
 
-    def log_round(self, step: int, metrics: Mapping[str, float]) -> None:
-        now = int(time.time() * 1000)
-        batch = [Metric(k, v, now, step) for k, v in metrics.items()]
+    def log_round(self, step: int, metrics: Mapping[str, float], at: float) -> None:
+        batch = [Metric(k, v, _ms(at), step) for k, v in metrics.items()]
         for at in range(0, len(batch), _METRIC_BATCH):
             self.client.log_batch(self._id, metrics=batch[at : at + _METRIC_BATCH])
 
-    def log_summary(self, summary: Mapping[str, Any], step: int) -> None:
-        now = int(time.time() * 1000)
-        batch = [Metric(f"summary.{k}", v, now, step) for k, v in summary_scalars(summary).items()]
+    def log_summary(self, summary: Mapping[str, Any], step: int, at: float) -> None:
+        scalars = summary_scalars(summary).items()
+        batch = [Metric(f"summary.{k}", v, _ms(at), step) for k, v in scalars]
         for at in range(0, len(batch), _METRIC_BATCH):
             self.client.log_batch(self._id, metrics=batch[at : at + _METRIC_BATCH])
 
@@ -72,11 +72,13 @@ class MlflowTracker(Tracker):
         for path in files:
             self.client.log_artifact(self._id, str(path))
 
-    def end(self, status: str, error: str | None) -> None:
-        self._close(self._id, status, error)
+    def end(self, status: str, error: str | None, at: float) -> None:
+        self._close(self._id, status, error, at)
 
-    def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
-        self._close(run_id, status, error)
+    def mark_ended(
+        self, run: RunInfo, run_id: str, status: str, error: str | None, at: float
+    ) -> None:
+        self._close(run_id, status, error, at)
 
     # -------------------------------------------------------------------------------------
     @property
@@ -84,12 +86,12 @@ class MlflowTracker(Tracker):
         assert self.run_id is not None, "start() first"
         return self.run_id
 
-    def _close(self, run_id: str, status: str, error: str | None) -> None:
+    def _close(self, run_id: str, status: str, error: str | None, at: float) -> None:
         if error:
             self.client.log_batch(
                 run_id, tags=[RunTag("error", error[:_VALUE_LENGTH]), RunTag(_NOTE, error)]
             )
-        self.client.set_terminated(run_id, status=_STATUS[status])
+        self.client.set_terminated(run_id, status=_STATUS[status], end_time=_ms(at))
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -124,3 +126,8 @@ class MlflowTracker(Tracker):
         # a folder, not a run that trains: it is done as soon as it holds its members
         self.client.set_terminated(parent.info.run_id, status="FINISHED")
         return parent.info.run_id
+
+
+def _ms(at: float) -> int:
+    """MLflow's timestamps: milliseconds since the epoch."""
+    return int(at * 1000)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -67,40 +68,41 @@ class Receiver:
     """The chosen trackers of one run, started (or, on resume, continued) when built; each
     call goes to every tracker still working, and tracking.json follows."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, say: Say = run_log.say) -> None:
+    def __init__(self, cfg: DictConfig, run_dir: Path, at: float, say: Say = run_log.say) -> None:
         self.run = run_info(cfg, run_dir)
         self.say = say
         self.trackers: dict[str, Tracker] = {}
         self.entries: dict[str, Entry] = record.load(run_dir) if cfg.resume else {}
         for name, node in chosen(cfg).items():
-            self._guard(name, self._start, name, node)
+            self._guard(name, self._start, name, node, at)
         self._save()
 
-    def log_round(self, rnd: int, metrics: Mapping[str, float]) -> None:
-        """A round, to each tracker that lacks it."""
+    def log_round(self, rnd: int, metrics: Mapping[str, float], at: float) -> None:
+        """A round (ended `at`), to each tracker that lacks it."""
         for name, tracker in list(self.trackers.items()):
             owed = self.entries[name].round < rnd
-            if owed and self._guard(name, tracker.log_round, rnd, metrics):
+            if owed and self._guard(name, tracker.log_round, rnd, metrics, at):
                 self.entries[name].round = rnd
         self._save()
 
-    def finish(self, summary: Mapping[str, Any], files: list[str]) -> None:
+    def finish(self, summary: Mapping[str, Any], files: list[str], at: float) -> None:
         last = max((e.round for e in self.entries.values()), default=0)
+        paths = [Path(f) for f in files]
         for name, tracker in list(self.trackers.items()):
-            if self._guard(name, _close, tracker, summary, last, [Path(f) for f in files]):
+            if self._guard(name, _close, tracker, summary, last, paths, at):
                 self.entries[name].status = FINISHED
         self._save()
 
-    def fail(self, status: str, error: str) -> None:
+    def fail(self, status: str, error: str, at: float) -> None:
         for name, tracker in list(self.trackers.items()):
-            if self._guard(name, tracker.end, status, error):
+            if self._guard(name, tracker.end, status, error, at):
                 self.entries[name].status = status
         self._save()
 
-    def _start(self, name: str, node: DictConfig) -> None:
+    def _start(self, name: str, node: DictConfig, at: float) -> None:
         tracker = build(node, label=f"tracking={name}")
         previous = self.entries.get(name)
-        run_id = tracker.start(self.run, previous.id if previous else None)
+        run_id = tracker.start(self.run, previous.id if previous else None, at)
         self.trackers[name] = tracker
         if previous is None or previous.id != run_id:
             self.entries[name] = Entry(run_id)
@@ -122,10 +124,12 @@ class Receiver:
             return False
 
 
-def _close(tracker: Tracker, summary: Mapping[str, Any], last: int, files: list[Path]) -> None:
-    tracker.log_summary(summary, last)
+def _close(
+    tracker: Tracker, summary: Mapping[str, Any], last: int, files: list[Path], at: float
+) -> None:
+    tracker.log_summary(summary, last, at)
     tracker.log_files(files)
-    tracker.end(FINISHED, None)
+    tracker.end(FINISHED, None, at)
 
 
 _GOES_ON = "the run goes on without it, its files in the run directory are complete"
@@ -136,8 +140,9 @@ def dropped(name: str, err: BaseException) -> str:
 
 
 def serve(conn: Connection) -> None:
-    """The receiver process: ("open", config, run_dir) starts a run's trackers, then
-    ("round", rnd, metrics), ("finish", summary, files) and ("fail", status, error) in order;
+    """The receiver process: ("open", config, run_dir, at) starts a run's trackers, then
+    ("round", rnd, metrics, at), ("finish", summary, files, at) and ("fail", status, error,
+    at) in order, `at` being when it happened in the run (time.time() of the driver);
     ("flush",) is answered once everything before it is done, ("end",) likewise and drops
     the run (the process stays for the next run of a warm engine's sweep). What the trackers
     have to say comes back as ("say", text). The pipe closing ends it: its driver's process
@@ -153,11 +158,11 @@ def serve(conn: Connection) -> None:
             kind, *args = conn.recv()
         except (EOFError, OSError):  # the driver's process ended mid-run (Ctrl-C, a crash)
             if receiver is not None:
-                receiver.fail(KILLED, "its ServerApp process ended before the run did")
+                receiver.fail(KILLED, "its ServerApp process ended before the run did", time.time())
             return
         try:
             if kind == "open":
-                receiver = Receiver(OmegaConf.create(args[0]), Path(args[1]), say=say)
+                receiver = Receiver(OmegaConf.create(args[0]), Path(args[1]), args[2], say=say)
             elif kind in ("flush", "end"):
                 receiver = None if kind == "end" else receiver
                 conn.send(("done",))

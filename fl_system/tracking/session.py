@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -62,7 +63,8 @@ class TrackedRun:
             _warm = _Receiver()
         self._receiver: _Receiver | None = _warm
         self._answered = False  # a "done" read while sending, before its wait reads
-        self._send("open", OmegaConf.to_container(cfg, resolve=True), str(run_dir))
+        config = OmegaConf.to_container(cfg, resolve=True)
+        self._send("open", config, str(run_dir), time.time())  # the run starts now
 
     def catch_up(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """The saved rounds a tracker has not received (a run resumed after a stop between
@@ -71,16 +73,16 @@ class TrackedRun:
             self.log_round(int(float(row["round"])), row)
 
     def log_round(self, rnd: int, row: Mapping[str, Any]) -> None:
-        self._send("round", rnd, round_metrics(row))
+        self._send("round", rnd, round_metrics(row), time.time())  # the round ended now
 
     def finish(self, summary: Mapping[str, Any], files: Sequence[Path]) -> None:
         """The summary, the run's files and FINISHED; returns once they are logged."""
-        self._send("finish", dict(summary), [str(f) for f in files if f.exists()])
+        self._send("finish", dict(summary), [str(f) for f in files if f.exists()], time.time())
         self._wait("end")
 
     def fail(self, status: str, error: str) -> None:
         """FAILED (or KILLED) with the error line; returns once it is logged."""
-        self._send("fail", status, error)
+        self._send("fail", status, error, time.time())
         self._wait("end")
 
     def flush(self) -> None:
@@ -154,7 +156,7 @@ def end_left_open(cfg: DictConfig, run_dir: Path, status: str, error: str, say: 
     for name, entry in left.items():
         try:
             tracker = build(nodes[name], label=f"tracking={name}")
-            tracker.mark_ended(run, entry.id, status, error)
+            tracker.mark_ended(run, entry.id, status, error, time.time())
             entry.status = status
         except Exception as err:  # the tracker is unreachable now: say so, keep the exit
             say(f"warning: tracking={name}: cannot mark the run {status} ({error_line(err)})")

@@ -8,7 +8,6 @@ folder, which TensorBoard reads as one run; each step is written once, as for ev
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,33 +33,35 @@ class TensorboardTracker(Tracker):
         self.folder = folder
         self.writer: EventFileWriter | None = None
 
-    def start(self, run: RunInfo, previous: str | None) -> str:
+    def start(self, run: RunInfo, previous: str | None, at: float) -> str:
         self.writer = self._open(run)
         if previous is None:
             tags = "\n".join(f"- {k}: {v}" for k, v in run.tags.items())
-            _text(self.writer, "tags", tags)
-            _text(self.writer, "config", f"```\n{run.config_yaml}```")
+            _text(self.writer, "tags", tags, at)
+            _text(self.writer, "config", f"```\n{run.config_yaml}```", at)
             self.writer.flush()
         return run.run_id
 
-    def log_round(self, step: int, metrics: Mapping[str, float]) -> None:
-        _scalars(self._writer, metrics, step)
+    def log_round(self, step: int, metrics: Mapping[str, float], at: float) -> None:
+        _scalars(self._writer, metrics, step, at)
         self._writer.flush()
 
-    def log_summary(self, summary: Mapping[str, Any], step: int) -> None:
+    def log_summary(self, summary: Mapping[str, Any], step: int, at: float) -> None:
         scalars = summary_scalars(summary)
-        _scalars(self._writer, {f"summary/{k}": v for k, v in scalars.items()}, step)
+        _scalars(self._writer, {f"summary/{k}": v for k, v in scalars.items()}, step, at)
 
     def log_files(self, files: list[Path]) -> None:
         """They are in the run directory, beside the event files, already."""
 
-    def end(self, status: str, error: str | None) -> None:
-        _status(self._writer, status, error)
+    def end(self, status: str, error: str | None, at: float) -> None:
+        _status(self._writer, status, error, at)
         self._writer.close()
 
-    def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
+    def mark_ended(
+        self, run: RunInfo, run_id: str, status: str, error: str | None, at: float
+    ) -> None:
         writer = self._open(run)
-        _status(writer, status, error)
+        _status(writer, status, error, at)
         writer.close()
 
     def _open(self, run: RunInfo) -> EventFileWriter:
@@ -74,20 +75,20 @@ class TensorboardTracker(Tracker):
         return self.writer
 
 
-def _scalars(writer: EventFileWriter, values: Mapping[str, float], step: int) -> None:
+def _scalars(writer: EventFileWriter, values: Mapping[str, float], step: int, at: float) -> None:
     summary = Summary(value=[Summary.Value(tag=k, simple_value=v) for k, v in values.items()])
-    writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+    writer.add_event(Event(wall_time=at, step=step, summary=summary))
 
 
-def _status(writer: EventFileWriter, status: str, error: str | None) -> None:
-    _text(writer, "status", status + (f": {error}" if error else ""))
+def _status(writer: EventFileWriter, status: str, error: str | None, at: float) -> None:
+    _text(writer, "status", status + (f": {error}" if error else ""), at)
 
 
-def _text(writer: EventFileWriter, tag: str, text: str) -> None:
+def _text(writer: EventFileWriter, tag: str, text: str, at: float) -> None:
     tensor = TensorProto(
         dtype="DT_STRING",
         string_val=[text.encode()],
         tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
     )
     value = Summary.Value(tag=tag, metadata=_TEXT, tensor=tensor)
-    writer.add_event(Event(wall_time=time.time(), step=0, summary=Summary(value=[value])))
+    writer.add_event(Event(wall_time=at, step=0, summary=Summary(value=[value])))

@@ -29,26 +29,29 @@ class WandbTracker(Tracker):
         self.entity = entity
         self.run: Any = None
 
-    def start(self, run: RunInfo, previous: str | None) -> str:
+    def start(self, run: RunInfo, previous: str | None, at: float) -> str:
         self.run = self._init(run, previous)
         return self.run.id
 
-    def log_round(self, step: int, metrics: Mapping[str, float]) -> None:
-        # committed now: W&B otherwise holds a step's row until the next step arrives
-        self.run.log(dict(metrics), step=step, commit=True)
+    def log_round(self, step: int, metrics: Mapping[str, float], at: float) -> None:
+        # committed now: W&B otherwise holds a step's row until the next step arrives; the
+        # round's own time, as W&B keeps a `_timestamp` given (its TensorBoard import's way)
+        self.run.log({**metrics, "_timestamp": at}, step=step, commit=True)
 
-    def log_summary(self, summary: Mapping[str, Any], step: int) -> None:
+    def log_summary(self, summary: Mapping[str, Any], step: int, at: float) -> None:
         self.run.summary.update({f"summary/{k}": v for k, v in summary.items()})
 
     def log_files(self, files: list[Path]) -> None:
         for path in files:
             self.run.save(str(path), base_path=str(path.parent), policy="now")
 
-    def end(self, status: str, error: str | None) -> None:
+    def end(self, status: str, error: str | None, at: float) -> None:
         _close(self.run, status, error)
         self.run = None
 
-    def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
+    def mark_ended(
+        self, run: RunInfo, run_id: str, status: str, error: str | None, at: float
+    ) -> None:
         _close(self._init(run, run_id), status, error)
 
     def _init(self, run: RunInfo, previous: str | None) -> Any:

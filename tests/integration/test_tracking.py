@@ -55,7 +55,9 @@ def test_a_tracked_sweep_is_logged_grouped_and_compared(
     sweep_dir, store = tmp_path / "sweep", tmp_path / "mlflow.db"
     sweep = [*ARGS, EVERY_TRACKER, f"tracking.uri=sqlite:///{store}"]
     sweep += [f"algorithm={','.join(ALGORITHMS)}", f"seed={','.join(map(str, SEEDS))}"]
+    began = time.time()
     members = run_sweep(sweep, sweep_dir, cli_env)
+    ended = time.time()
     assert len(members) == len(ALGORITHMS) * len(SEEDS)
 
     client = MlflowClient(f"sqlite:///{store}")
@@ -70,6 +72,7 @@ def test_a_tracked_sweep_is_logged_grouped_and_compared(
         _assert_mlflow(member, store)
         _assert_tensorboard(member)
         _assert_wandb(member, group=f"{tmp_path.name}/sweep")
+        _assert_timed(member, store, began, ended)
     _assert_compared(sweep_dir, members, tmp_path)
 
 
@@ -136,6 +139,32 @@ def _assert_wandb(member: Path, group: str) -> None:
     summary = json.loads((member / "summary.json").read_text())
     assert run.summary["summary/final_accuracy"] == summary["final_accuracy"]
     assert (run.exit_code, run.summary["status"]) == (0, "finished")
+
+
+def _assert_timed(member: Path, store: Path, began: float, ended: float) -> None:
+    """Each tracker holds the run's own times, whenever its process logged them (the first
+    member's tracking process starts cold, seconds behind the run): the run spans its
+    training, each round is stamped when it ended, as far apart as metrics.csv says."""
+    client, run = mlflow_run(store, member)
+    start, end = run.info.start_time / 1000, run.info.end_time / 1000
+    rounds = [
+        m.timestamp / 1000 for m in client.get_metric_history(run.info.run_id, "test_accuracy")
+    ]
+    trained = [float(r["wall_seconds"]) for r in read_rows(member / "metrics.csv")]
+    assert began - 0.001 <= start <= rounds[0] and rounds[-1] <= end <= ended, member.name
+    written = (member / "metrics.csv").stat().st_mtime  # when the last round's row was
+    assert abs(rounds[-1] - written) < 0.5, (member.name, rounds[-1] - written)
+    assert end - start >= trained[-1], (member.name, end - start, trained[-1])
+    apart = [t - rounds[0] for t in rounds]
+    assert apart == pytest.approx([w - trained[0] for w in trained], abs=0.5), member.name
+    events = tensorboard(member)
+    assert [e.wall_time for e in events.Scalars("test_accuracy")] == pytest.approx(rounds, abs=2e-3)
+    (status,) = events.Tensors("status")
+    assert status.wall_time == pytest.approx(end, abs=2e-3)
+    (wandb,) = wandb_runs(member)
+    assert [wandb.timestamps[s] for s in sorted(wandb.timestamps)] == pytest.approx(
+        rounds, abs=2e-3
+    )
 
 
 def _assert_compared(sweep_dir: Path, members: list[Path], tmp_path: Path) -> None:

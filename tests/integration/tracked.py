@@ -46,6 +46,7 @@ class WandbRun:
     run_id: str = ""
     group: str = ""
     history: dict[int, dict[str, float]] = field(default_factory=dict)
+    timestamps: dict[int, float] = field(default_factory=dict)  # step -> its _timestamp
     summary: dict[str, object] = field(default_factory=dict)
     exit_code: int | None = None
 
@@ -61,9 +62,9 @@ def wandb_runs(run_dir: Path) -> list[WandbRun]:
                 run.run_id, run.group = record.run.run_id, record.run.run_group
             elif kind == "history":
                 items = {_key(i): json.loads(i.value_json) for i in record.history.item}
-                run.history[int(items.pop("_step"))] = {
-                    k: v for k, v in items.items() if not k.startswith("_")
-                }
+                step = int(items.pop("_step"))
+                run.timestamps[step] = float(items["_timestamp"])
+                run.history[step] = {k: v for k, v in items.items() if not k.startswith("_")}
             elif kind == "summary":
                 run.summary.update(
                     {_key(i): json.loads(i.value_json) for i in record.summary.update}

@@ -32,25 +32,27 @@ class FakeTracker(Tracker):
     def __init__(self, label: str, fail_at: int | None = None) -> None:
         self.label, self.fail_at = label, fail_at
 
-    def start(self, run: RunInfo, previous: str | None) -> str:
+    def start(self, run: RunInfo, previous: str | None, at: float) -> str:
         CALLS.append((self.label, "start", previous))
         return previous or f"{self.label}-id"
 
-    def log_round(self, step: int, metrics: Mapping[str, float]) -> None:
+    def log_round(self, step: int, metrics: Mapping[str, float], at: float) -> None:
         if step == self.fail_at:
             raise ConnectionError(f"{self.label} store unreachable\nsecond line")
         CALLS.append((self.label, "round", step))
 
-    def log_summary(self, summary: Mapping[str, Any], step: int) -> None:
+    def log_summary(self, summary: Mapping[str, Any], step: int, at: float) -> None:
         CALLS.append((self.label, "summary", step))
 
     def log_files(self, files: list[Path]) -> None:
         CALLS.append((self.label, "files", sorted(f.name for f in files)))
 
-    def end(self, status: str, error: str | None) -> None:
+    def end(self, status: str, error: str | None, at: float) -> None:
         CALLS.append((self.label, "end", status))
 
-    def mark_ended(self, run: RunInfo, run_id: str, status: str, error: str | None) -> None:
+    def mark_ended(
+        self, run: RunInfo, run_id: str, status: str, error: str | None, at: float
+    ) -> None:
         CALLS.append((self.label, "mark", (run_id, status, error)))
 
 
@@ -108,10 +110,10 @@ def test_the_summary_keeps_its_finite_numbers_nested_ones_dotted() -> None:
 def test_a_failing_tracker_is_one_warning_and_the_others_go_on(tmp_path: Path) -> None:
     CALLS.clear()
     said: list[str] = []
-    run = Receiver(_cfg(tmp_path, fail_at=2), tmp_path, say=said.append)
+    run = Receiver(_cfg(tmp_path, fail_at=2), tmp_path, 0.0, say=said.append)
     for rnd in (1, 2, 3):
-        run.log_round(rnd, {"test_accuracy": 0.1 * rnd})
-    run.finish({"final_accuracy": 0.3}, [str(tmp_path / "metrics.csv")])
+        run.log_round(rnd, {"test_accuracy": 0.1 * rnd}, float(rnd))
+    run.finish({"final_accuracy": 0.3}, [str(tmp_path / "metrics.csv")], 4.0)
     assert said == [
         warning_line(
             "tracking=flaky failed (ConnectionError: flaky store unreachable); the run goes "
@@ -144,9 +146,9 @@ def test_resume_continues_each_tracked_run_with_the_rounds_it_lacks(tmp_path: Pa
         {"good": record.Entry("g-7", round=3), "flaky": record.Entry("f-7", round=2)},
     )
     CALLS.clear()
-    run = Receiver(_cfg(tmp_path, resume=True), tmp_path, say=pytest.fail)
+    run = Receiver(_cfg(tmp_path, resume=True), tmp_path, 0.0, say=pytest.fail)
     for rnd in (1, 2, 3, 4):  # the checkpoint's rounds again, then a new one
-        run.log_round(rnd, {"test_accuracy": 0.5})
+        run.log_round(rnd, {"test_accuracy": 0.5}, float(rnd))
     assert CALLS == [
         ("good", "start", "g-7"),
         ("flaky", "start", "f-7"),
