@@ -1,42 +1,31 @@
 """Where a run's start-up goes: phases marked by fl-run, in seconds since the run began.
 
-A run's clock starts when the operating system started fl-run's process (interpreter start-up
-and imports included: the user waits for them too; a later member of a `-m` sweep: when that
-member starts), so "in all" in fl-run's last line and every phase in `logs/startup.csv` are
-measured from the same instant.
+A run's clock starts with fl-run's own code: `fl_system/__init__` imports this module, and
+fl-run's console script imports that package first (the interpreter's own ~30 ms before it are
+left out; so is whatever the process did before it exec'd fl-run, such as a shell's earlier
+commands or an install). Imports are counted: the user waits for them too. A later member of a
+`-m` sweep counts from when that member starts. "in all" in fl-run's last line and every phase
+in `logs/startup.csv` are measured from the same instant.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
-
-def _process_start() -> float:
-    """time.monotonic() at which this process started (Linux /proc; else: now)."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, IndexError, ValueError):
-        return time.monotonic()
-    age = uptime - ticks / os.sysconf("SC_CLK_TCK")  # seconds since this process started
-    return time.monotonic() - max(age, 0.0)
-
-
-_origin = _process_start()
+_origin = time.monotonic()
 _runs = 0
 _marks: list[tuple[str, float]] = []
 
 
 def begin() -> None:
-    """A run starts: its clock. The first run of a process counts from the process's start;
-    each later one (a member of a `-m` sweep) from now."""
+    """A run starts: its clock. The first run of a process counts from fl-run's start; each
+    later one (a member of a `-m` sweep) from now."""
     global _origin, _runs
     if _runs:
         _origin = time.monotonic()
     _runs += 1
-    _marks[:] = [("process started" if _runs == 1 else "run started", 0.0)]
+    _marks[:] = [("fl-run started" if _runs == 1 else "run started", 0.0)]
 
 
 def elapsed() -> float:
@@ -55,7 +44,7 @@ def marks() -> list[tuple[str, float]]:
 
 
 def write(path: Path) -> None:
-    """The phases so far as CSV (phase, seconds since the process started)."""
+    """The phases so far as CSV (phase, seconds since the run's clock started)."""
     lines = ["phase,seconds"] + [f"{name},{seconds:.3f}" for name, seconds in _marks]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,11 +18,20 @@ def fresh_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(startup, "_marks", [])
 
 
-def test_the_first_run_counts_from_the_process_start() -> None:
+def test_the_first_run_counts_from_fl_run_s_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(startup, "_origin", time.monotonic() - 5.0)  # imports took 5 s
     startup.begin()
-    # this test process started before the test did: imports and collection are counted
-    assert startup.elapsed() > 0.05
-    assert startup.marks() == [("process started", 0.0)]
+    assert startup.elapsed() >= 5.0
+    assert startup.marks() == [("fl-run started", 0.0)]
+
+
+def test_what_a_process_did_before_it_exec_d_fl_run_is_not_counted() -> None:
+    """`( sleep 2; exec fl-run ... )` and an install chained before fl-run keep the process
+    (its start time in /proc) that exec's fl-run: the clock starts with fl-run's own code."""
+    clock = "import fl_system.startup as s; s.begin(); print(s.elapsed())"
+    shell = f"sleep 2; exec {sys.executable} -c '{clock}'"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
+    assert 0 < float(done.stdout) < 1.0, done.stdout
 
 
 def test_phases_are_recorded_once_in_order(tmp_path: Path) -> None:
@@ -30,7 +41,7 @@ def test_phases_are_recorded_once_in_order(tmp_path: Path) -> None:
     startup.mark("checked")
     startup.mark("composed")  # a phase ends once
     names = [name for name, _ in startup.marks()]
-    assert names == ["process started", "composed", "checked"]
+    assert names == ["fl-run started", "composed", "checked"]
     seconds = [s for _, s in startup.marks()]
     assert seconds[2] - seconds[1] >= 0.02
     startup.write(tmp_path / "logs" / "startup.csv")
