@@ -323,6 +323,7 @@ def plot_curve(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> 
 
     matplotlib.use("Agg")  # headless servers and SuperNode containers have no display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     acc = _series(rows, "test_accuracy")
     loss = _series(rows, "train_loss")
@@ -334,6 +335,7 @@ def plot_curve(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> 
             _plot_virtual(axes[1], rows)
         ax_acc.plot([x for x, _ in acc], [y for _, y in acc], color="tab:blue", marker=".")
         ax_acc.set_xlabel("round")
+        ax_acc.xaxis.set_major_locator(MaxNLocator(integer=True))  # no round 2.5
         ax_acc.set_ylabel("test accuracy", color="tab:blue")
         ax_loss = ax_acc.twinx()
         ax_loss.plot([x for x, _ in loss], [y for _, y in loss], color="tab:orange", alpha=0.7)

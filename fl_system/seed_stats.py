@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+BAND = "band: ± 1 sample std over seeds"  # what a plot's shading is, said in its legend
+
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for a single value)."""
@@ -32,7 +34,8 @@ def pct(values: Sequence[float | None], signed: bool = False) -> str:
 def seed_band(
     curves: Sequence[tuple[Sequence[float], Sequence[float]]], interpolate: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x, mean, std) over seeds of curves given as (x values, y values) each.
+    """(x, mean, std) over seeds of curves given as (x values, y values) each; std is the
+    sample std, as `mean_std` gives the tables (0 where one seed alone has a point).
 
     Without `interpolate` the x values are shared points (rounds): the grid is their union and
     a seed without a point (it diverged, stopped, or was not evaluated there) drops out of the
@@ -54,6 +57,8 @@ def seed_band(
         for i, (xs, ys) in enumerate(curves):
             for x, y in zip(xs, ys, strict=True):
                 values[i, index[x]] = y
+    seeds = np.sum(~np.isnan(values), axis=0)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a point no seed has
-        return grid, np.nanmean(values, axis=0), np.nanstd(values, axis=0)
+        warnings.simplefilter("ignore", RuntimeWarning)  # a point no seed has, or one alone
+        std = np.where(seeds > 1, np.nanstd(values, axis=0, ddof=1), 0.0)
+        return grid, np.nanmean(values, axis=0), std

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness.outcome import RunOutcome
-from fl_system.seed_stats import seed_band
+from fl_system.seed_stats import BAND, seed_band
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ def write_curves(panels: Sequence[Panel], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     cols = min(PANELS_PER_ROW, len(panels))
     rows = math.ceil(len(panels) / cols)
@@ -71,9 +72,11 @@ def write_curves(panels: Sequence[Panel], path: Path) -> None:
                 ax.axhline(100 * panel.target, color="grey", ls=":", lw=1)
             ax.set_title(panel.title, fontsize=9)
             ax.set_xlabel(panel.x_label)
+            if panel.x_column is None:  # rounds
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel("test accuracy (%)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, loc="lower right")
+            ax.legend(fontsize=8, loc="lower right", title=BAND, title_fontsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 from fl_system.compare.render import setting
 from fl_system.compare.runs import Run
 from fl_system.compare.table import Configuration
-from fl_system.seed_stats import seed_band
+from fl_system.seed_stats import BAND, seed_band
 
 X_AXES = {
     "rounds": "round",
@@ -46,12 +46,13 @@ def curve(run: Run, x_axis: str) -> tuple[list[float], list[float]]:
 def write_plot(
     configs: Sequence[Configuration], keys: Sequence[str], path: Path, x_axis: str = "rounds"
 ) -> None:
-    """One line per configuration (mean over its seeds, ± 1 std band), labelled by the
+    """One line per configuration (mean over its seeds, ± 1 sample std band), labelled by the
     settings that tell configurations apart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     try:
@@ -66,9 +67,11 @@ def write_plot(
                 x, 100 * (mean - std), 100 * (mean + std), color=line.get_color(), alpha=0.12
             )
         ax.set_xlabel(X_AXES[x_axis])
+        if x_axis == "rounds":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no round 2.5
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="lower right", title=BAND, title_fontsize=8)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,10 +40,9 @@ def cells(keys: Sequence[str], rows: Sequence[dict], target: float | None) -> li
         line.append(_number(row["bytes_down_mean"], 1e-6, 2))
         line.append(_number(row["seconds_mean"], 1, 1))
         if clocked:
-            line.append(_pm(row["virtual_seconds_mean"], row["virtual_seconds_std"], digits=1))
+            line.append(_seconds(row["virtual_seconds_mean"], row["virtual_seconds_std"]))
             if target is not None:
-                virtual = (row["virtual_to_target_mean"], row["virtual_to_target_std"])
-                line.append(_pm(*virtual, digits=1))
+                line.append(_seconds(row["virtual_to_target_mean"], row["virtual_to_target_std"]))
         lines.append(line)
     return lines
 
@@ -89,6 +89,17 @@ def _pm(mean: float | None, std: float | None, scale: float = 1, digits: int = 2
     if mean is None or std is None:
         return "-"
     return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
+
+
+def _seconds(mean: float | None, std: float | None) -> str:
+    """Virtual seconds to the precision they need: two significant digits of the spread (of
+    the mean when the seeds agree), at least one decimal (a run of tiny messages over fast
+    links lasts milliseconds)."""
+    if mean is None or std is None:
+        return "-"
+    scale = std if std > 0 else abs(mean)
+    digits = 1 if scale == 0 else min(max(1, 1 - math.floor(math.log10(scale))), 9)
+    return _pm(mean, std, digits=digits)
 
 
 def _number(value: float | None, scale: float, digits: int) -> str:

@@ -23,10 +23,12 @@ def test_accuracies_in_points_and_a_diverged_seed() -> None:
 
 
 def test_a_band_over_shared_rounds_drops_a_seed_where_it_has_no_point() -> None:
+    """The band is the sample std the tables show (mean_std), not the population std."""
     x, mean, std = seed_band([([1, 2, 3], [0.2, 0.4, 0.6]), ([1, 2], [0.4, 0.8])])
     np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(mean, [0.3, 0.6, 0.6], rtol=1e-15)
-    np.testing.assert_allclose(std, [0.1, 0.2, 0.0], rtol=1e-15, atol=1e-17)
+    np.testing.assert_allclose(std, [0.1 * 2**0.5, 0.2 * 2**0.5, 0.0], rtol=1e-14, atol=1e-17)
+    assert std[1] == pytest.approx(mean_std([0.4, 0.8])[1], rel=1e-15)
 
 
 @pytest.mark.parametrize("scale", [1e-20, 1.0, 1e20])
