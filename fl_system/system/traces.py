@@ -45,7 +45,7 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def _read(path: Path) -> tuple[str, Any]:
-    """('fedscale', the unpickled dict) or ('csv', its rows as dicts)."""
+    """('fedscale', the unpickled dict) or ('csv', its text)."""
     try:
         data = Path(path).read_bytes()
     except OSError as err:
@@ -64,7 +64,7 @@ def _read(path: Path) -> tuple[str, Any]:
         raise TraceError(
             f"trace {path} is in an unknown format: neither CSV text nor a FedScale pickle"
         ) from None
-    return "csv", list(csv.DictReader(io.StringIO(text)))
+    return "csv", text
 
 
 def _number(path: Path, where: str, value: Any, *, positive: bool = True) -> float:
@@ -99,14 +99,28 @@ def _fedscale_entries(path: Path, loaded: dict) -> dict[int, Any]:
     return {p: loaded[client] for p, client in enumerate(ids)}
 
 
-def _csv_rows(path: Path, rows: list[dict], required: tuple[str, ...]) -> list[dict]:
-    header = list(rows[0]) if rows else []
+def _csv_rows(path: Path, text: str, required: tuple[str, ...]) -> list[tuple[int, dict]]:
+    """(line number, row) of each data line: every line has the header's fields, no more, no
+    fewer (a value in an extra field would be ignored without a word)."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, [])
     absent = [c for c in required if c not in header]
     if absent:
         raise TraceError(
             f"trace {path}: a CSV needs the columns {', '.join(required)} "
-            f"(missing {', '.join(absent)})"
+            f"(missing {', '.join(absent)}; the header read: {','.join(header)!r}, "
+            "columns separated by commas)"
         )
+    rows = []
+    for fields in reader:
+        if not fields:  # a blank line
+            continue
+        if len(fields) != len(header):
+            raise TraceError(
+                f"trace {path}: line {reader.line_num} has {len(fields)} fields, the header "
+                f"{len(header)} ({','.join(header)})"
+            )
+        rows.append((reader.line_num, dict(zip(header, fields, strict=True))))
     return rows
 
 
@@ -131,8 +145,15 @@ def device_profiles(path: Path, num_clients: int, *, latency: float) -> dict[int
             rate = _number(path, f"client {p} communication", entry["communication"]) * 1e3 / 8
             entries[p] = Profile(FEDSCALE_TRAINING_FACTOR * ms / 1e3, rate, rate, latency)
     else:
-        for line, row in enumerate(_csv_rows(path, loaded, DEVICE_COLUMNS), start=2):
+        lines: dict[int, int] = {}  # partition -> the line that gave its profile
+        for line, row in _csv_rows(path, loaded, DEVICE_COLUMNS):
             p = _client(path, row, line)
+            if p in lines:
+                raise TraceError(
+                    f"trace {path}: client {p} is on lines {lines[p]} and {line} (a device "
+                    "trace has one row per client)"
+                )
+            lines[p] = line
             where = f"line {line}"
             given = row.get("latency_ms")
             entries[p] = Profile(
@@ -171,7 +192,7 @@ def availability(path: Path, num_clients: int) -> Availability:
             sessions[p] = Sessions(zip(starts, ends, strict=True), period=period)
     else:
         spans: dict[int, list[tuple[float, float]]] = {}
-        for line, row in enumerate(_csv_rows(path, loaded, SESSION_COLUMNS), start=2):
+        for line, row in _csv_rows(path, loaded, SESSION_COLUMNS):
             p = _client(path, row, line)
             start = _number(path, f"line {line} start", row["start"], positive=False)
             end = _number(path, f"line {line} end", row["end"], positive=False)

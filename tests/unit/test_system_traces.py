@@ -87,6 +87,20 @@ def test_availability_traces_in_both_formats(tmp_path: Path) -> None:
             "client,seconds_per_sample,uplink_mbps,downlink_mbps\nx,0.01,5,10\n",
             "line 2: client must be a partition id, got 'x'",
         ),
+        (
+            "client,seconds_per_sample,uplink_mbps,downlink_mbps\n0,0.01,5,10\n1,1,5,10\n"
+            "\n2,1,5,10\n0,0.5,1,1\n",
+            "client 0 is on lines 2 and 6 (a device trace has one row per client)",
+        ),
+        (
+            "client,seconds_per_sample,uplink_mbps,downlink_mbps\n0,0.01,5,10\n1,1,5,10,9\n",
+            "line 3 has 5 fields, the header 4 (client,seconds_per_sample,uplink_mbps,downlink",
+        ),
+        (
+            "client;seconds_per_sample;uplink_mbps;downlink_mbps\n0;0.01;5;10\n",
+            "the header read: 'client;seconds_per_sample;uplink_mbps;downlink_mbps', columns "
+            "separated by commas",
+        ),
     ],
 )
 def test_bad_device_traces_are_one_line(tmp_path: Path, text: str, problem: str) -> None:
