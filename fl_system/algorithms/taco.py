@@ -117,15 +117,25 @@ def correction_per_step(
 
 
 def record_strikes(
-    alpha: Mapping[int, float], strikes: Mapping[int, int], *, kappa: float, lam: int
+    alpha: Mapping[int, float],
+    strikes: Mapping[int, int],
+    *,
+    kappa: float,
+    lam: int,
+    strike_all: bool = True,
 ) -> tuple[dict[int, int], list[int]]:
     """(strikes after this round, clients reaching lam strikes now): a strike for every
-    alpha_i >= kappa, counted cumulatively, not consecutively (spec A8)."""
+    alpha_i >= kappa, counted cumulatively, not consecutively (spec A8). With `strike_all`
+    False a round that flags every client of `alpha` gives no strikes: agreement by all is
+    no sign of a freeloader (IID data, first rounds), and it would expel them together."""
+    flagged = {pid for pid, a in alpha.items() if a >= kappa}
+    if not strike_all and flagged == set(alpha):
+        flagged = set()
     updated = dict(strikes)
     expelled = []
-    for pid, a in alpha.items():
+    for pid in alpha:
         before = updated.get(pid, 0)
-        updated[pid] = before + (a >= kappa)
+        updated[pid] = before + (pid in flagged)
         if updated[pid] >= lam > before:
             expelled.append(pid)
     return updated, sorted(expelled)

@@ -11,8 +11,9 @@ first). Each round
     sent up:    the local model w_i; the server takes Delta_i = w - w_i
     alpha_i  <- (1 - |Delta_i| / sum_j |Delta_j|) max(cos(Delta_i, mean_j Delta_j), 0)
     w        <- sum_i alpha_i w_i / sum_i alpha_i      (eta_g = K lr; uniform if all alpha = 0)
-    strike   for alpha_i >= kappa after the first warmup_rounds; lam strikes expel the
-             partition for good
+    strike   for alpha_i >= kappa after the first warmup_rounds, unless every client of the
+             round is flagged (strike_all=True: the paper's rule, strikes then too); lam
+             strikes expel the partition for good, unless that would expel every client left
 
 Delta_i in alpha is the upload less the share of the correction that the K-scaled reading
 (delta_scale = K) adds beyond the literal one (`fl_system.algorithms.taco.literal_uploads`), so that
@@ -55,6 +56,7 @@ from server_app.strategies.layer_state import LayerState, flat_uploads, float_la
 log = logging.getLogger(__name__)
 
 INITIAL_ALPHA = 0.1  # alpha_i^0 (it never matters: u = 0 in the first round)
+MIN_DEFAULT_LAM = 3  # lam's default is T / 5, but never one or two rounds of agreement
 
 
 class Taco(FederatedStrategy):
@@ -64,12 +66,15 @@ class Taco(FederatedStrategy):
     ----------
     kappa : Optional[float] (default: 0.6)
         A client earns a strike in a round its alpha_i >= kappa.
-    lam : Optional[int] (default: ceil(num_rounds / 5))
+    lam : Optional[int] (default: max(ceil(num_rounds / 5), 3))
         The strikes that expel a client.
     expel : Optional[bool] (default: True)
         False: strikes are counted and logged, nobody is expelled.
     warmup_rounds : Optional[int] (default: 0)
         The first rounds give no strikes.
+    strike_all : Optional[bool] (default: False)
+        True: a round that flags every client gives each a strike (the paper's rule); False:
+        it gives none (all agree: no sign of a freeloader).
     gamma : Optional[float] (default: 1 / local_steps)
         The largest local correction.
     delta_scale : Optional[float] (default: local_steps)
@@ -100,6 +105,7 @@ class Taco(FederatedStrategy):
         lam: int | None = None,
         expel: bool | None = None,
         warmup_rounds: int | None = None,
+        strike_all: bool | None = None,
         gamma: float | None = None,
         delta_scale: float | None = None,
         tailored_correction: bool | None = None,
@@ -113,6 +119,7 @@ class Taco(FederatedStrategy):
             "lam": lam,
             "expel": expel,
             "warmup_rounds": warmup_rounds,
+            "strike_all": strike_all,
             "gamma": gamma,
             "delta_scale": delta_scale,
             "tailored_correction": tailored_correction,
@@ -131,9 +138,12 @@ class Taco(FederatedStrategy):
         if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
             raise ValueError(f"algorithm.kappa must be a number in (0, 1], got {kappa!r}")
         if lam is None:
-            lam = math.ceil(num_rounds / 5)
+            lam = max(math.ceil(num_rounds / 5), MIN_DEFAULT_LAM)
         if isinstance(lam, bool) or not isinstance(lam, int) or lam < 1:
-            raise ValueError(f"algorithm.lam must be null (T / 5) or an integer >= 1, got {lam!r}")
+            raise ValueError(
+                f"algorithm.lam must be null (T / 5, at least {MIN_DEFAULT_LAM}) or an integer "
+                f">= 1, got {lam!r}"
+            )
         if (
             isinstance(warmup_rounds, bool)
             or not isinstance(warmup_rounds, int)
@@ -142,8 +152,12 @@ class Taco(FederatedStrategy):
             raise ValueError(
                 f"algorithm.warmup_rounds must be an integer >= 0, got {warmup_rounds!r}"
             )
+        for key in ("expel", "strike_all", "tailored_correction", "tailored_aggregation"):
+            if not isinstance(algorithm[key], bool):
+                raise ValueError(f"algorithm.{key} must be true or false, got {algorithm[key]!r}")
         self.num_clients, self.kappa, self.lam = int(num_clients), float(kappa), lam
         self.warmup_rounds = warmup_rounds
+        self.strike_all = bool(algorithm.strike_all)
         self.expel, self.tailored_aggregation = bool(expel), bool(tailored_aggregation)
         self.local_steps, self.gamma, self.delta_scale = correction_constants(
             local_steps, gamma, delta_scale
@@ -239,10 +253,20 @@ class Taco(FederatedStrategy):
             {pid: int(self.strikes[pid]) for pid in new_alpha},
             kappa=self.kappa,
             lam=self.lam,
+            strike_all=self.strike_all,
         )
         for pid, count in strikes.items():
             self.strikes[pid] = count
-        if self.expel:
+        left = set(range(self.num_clients)) - self.excluded()
+        if self.expel and expelled and left <= set(expelled):
+            log.warning(
+                "round %d: every client left (%s) reached %d strikes: none is expelled, as "
+                "alpha cannot tell freeloaders from honest clients that all agree",
+                plan.round,
+                ", ".join(map(str, expelled)),
+                self.lam,
+            )
+        elif self.expel:
             for pid in expelled:
                 self.expelled_at[pid] = plan.round
                 log.warning(

@@ -4,6 +4,7 @@ an expelled client's reply refused, and the state through a checkpoint."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -147,6 +148,32 @@ def test_no_strikes_in_the_warm_up_rounds() -> None:
     assert strategy.excluded() == frozenset({2}) and strategy.expelled_at[2] == 3
 
 
+def test_a_round_that_flags_every_client_strikes_none_unless_strike_all() -> None:
+    """kappa = 0.4 flags all three (alpha 0.5, 0.5, 0.586): agreement by all is no sign of a
+    freeloader (4 honest IID clients were expelled together this way); the paper's rule
+    (strike_all) strikes them all."""
+    strategy = _taco(kappa=0.4, lam=1)
+    result = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=1)
+    assert result.metrics["flagged"] == 3 and strategy.strikes.tolist() == [0, 0, 0]
+    assert strategy.excluded() == frozenset()
+    paper = _taco(kappa=0.4, lam=3, strike_all=True)
+    aggregate(paper, _replies(DELTAS), arrays=_global(), rnd=1)
+    assert paper.strikes.tolist() == [1, 1, 1]
+
+
+def test_strikes_that_would_expel_every_client_left_expel_none_and_warn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    strategy = _taco(kappa=0.4, lam=1, strike_all=True)
+    with caplog.at_level(logging.WARNING):
+        result = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=1)
+    assert strategy.strikes.tolist() == [1, 1, 1] and strategy.excluded() == frozenset()
+    assert result.metrics["expelled"] == 0 and result.metrics["expelled_now"] == ""
+    assert "round 1: every client left (0, 1, 2) reached 1 strikes: none is expelled" in (
+        caplog.text
+    )
+
+
 def test_strikes_without_expulsion_when_expel_is_off() -> None:
     strategy = _taco(kappa=0.55, lam=1, expel=False)
     aggregate(strategy, _replies(DELTAS), arrays=_global())
@@ -172,7 +199,8 @@ def test_state_survives_a_checkpoint() -> None:
     [
         ({"kappa": 0.0}, r"algorithm.kappa must be a number in \(0, 1\], got 0.0"),
         ({"kappa": 1.5}, r"algorithm.kappa must be a number in \(0, 1\], got 1.5"),
-        ({"lam": 0}, r"algorithm.lam must be null \(T / 5\) or an integer >= 1, got 0"),
+        ({"lam": 0}, r"algorithm.lam must be null \(T / 5, at least 3\) or an integer >= 1, got 0"),
+        ({"strike_all": "yes"}, "algorithm.strike_all must be true or false, got 'yes'"),
         ({"warmup_rounds": -1}, r"algorithm.warmup_rounds must be an integer >= 0, got -1"),
     ],
 )
@@ -181,5 +209,7 @@ def test_bad_server_settings_are_named(kwargs: dict, message: str) -> None:
         _taco(**kwargs)
 
 
-def test_lam_defaults_to_a_fifth_of_the_rounds() -> None:
+def test_lam_defaults_to_a_fifth_of_the_rounds_and_at_least_three() -> None:
+    """A 5-round run's T / 5 = 1 strike expelled 4 honest IID clients in round 1."""
     assert _taco(num_rounds=100).lam == 20 and _taco(num_rounds=12).lam == 3
+    assert _taco(num_rounds=5).lam == 3 and _taco(num_rounds=5, lam=1).lam == 1

@@ -1,0 +1,1 @@
+"""TACO's defaults against the paper's rule in short runs."""
