@@ -127,7 +127,8 @@ class VirtualClock:
             **plan.metrics,
             "deadline_partial": sum(steps[p] < full for p in usable),
             "deadline_dropped": opened.dropped_before,
-            **{f"budget_{pid}": s for pid, s in sorted(steps.items())},
+            # the steps each client was sent: 0 for one dropped, which sent nothing
+            **{f"budget_{pid}": s if pid in usable else 0 for pid, s in sorted(steps.items())},
         }
         nodes = {node: pid for node, pid in plan.nodes.items() if pid in usable}
         return replace(plan, nodes=nodes, node_config=node_config, metrics=metrics)

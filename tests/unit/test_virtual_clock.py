@@ -140,12 +140,19 @@ def test_a_deadline_drops_or_cuts_a_slow_client() -> None:
     kept, columns = _round(clock, partial_work=False)
     assert len(kept) == 2  # client 1 could not do all 10 steps: not sent
     assert columns["virtual_seconds"] == 6.0
+    whole = VirtualClock(_system(deadline=6.0))
+    whole.estimate = (MB, MB)
+    three = RoundPlan(1, ArrayRecord(), ConfigRecord(), {100: 0, 101: 1, 102: 2})
+    dropped = whole.fit_deadline(three, partial_work=False)
+    assert dropped.metrics["deadline_dropped"] == 1
+    budgets = [dropped.metrics[f"budget_{p}"] for p in range(3)]
+    assert budgets == [10, 0, 10]  # client 1 was sent nothing, though 4 steps would fit
     cut = VirtualClock(_system(deadline=6.0))
     cut.estimate = (MB, MB)
-    plan = RoundPlan(1, ArrayRecord(), ConfigRecord(), {100: 0, 101: 1, 102: 2})
-    plan = cut.fit_deadline(plan, partial_work=True)
+    plan = cut.fit_deadline(three, partial_work=True)
     assert plan.node_config == {1: {protocol.LOCAL_STEPS: 4}}
     assert plan.metrics["deadline_partial"] == 1 and plan.metrics["deadline_dropped"] == 0
+    assert [plan.metrics[f"budget_{p}"] for p in range(3)] == [10, 4, 10]
 
 
 def test_a_reply_past_the_deadline_is_a_failure_with_its_reason() -> None:
