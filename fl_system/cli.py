@@ -98,15 +98,23 @@ def run_experiment(cfg: DictConfig) -> dict:
         if "score" in summary
         else ""
     )
+    virtual = summary.get("virtual_clock")
+    clocked = f"{_seconds(virtual)} virtual s (system=...), " if virtual is not None else ""
+    looks = "".join(f"\n{line}" for line in tracking.where_to_look(cfg, paths.root))
     print(
         f"{judged}final accuracy {_fmt(summary['final_accuracy'])} "
         f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} rounds: "
-        f"{summary['wall_seconds']:.1f} s training, "
+        f"{summary['wall_seconds']:.1f} s training, {clocked}"
         f"{startup.elapsed():.1f} s in all (start-up included)\n"
-        f"run directory: {paths.root}",
+        f"run directory: {paths.root}{looks}",
         flush=True,
     )
     return summary
+
+
+def _seconds(value: float) -> str:
+    """Seconds with three significant digits at least (a virtual round may last ms)."""
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _end_tracked(cfg: DictConfig, paths: RunPaths, status: str, error: str) -> None:

@@ -58,6 +58,27 @@ def settle(cfg: DictConfig, *, started_in: Path, sweep: Path | None) -> None:
         cfg.tracking.commit = git_commit()
 
 
+def where_to_look(cfg: DictConfig, run_dir: Path) -> list[str]:
+    """The commands that show a finished run in each of its trackers (fl-run's last lines)."""
+    trackers = chosen(cfg)
+    sweep = OmegaConf.select(cfg, "tracking.sweep")
+    lines = []
+    if "mlflow" in trackers:
+        uri = str(OmegaConf.select(cfg, "tracking.uri"))  # what `settle` filled in
+        shown = f"mlflow ui --backend-store-uri {uri}" if uri.startswith("sqlite:") else uri
+        lines.append(f"MLflow: {shown}")
+    if "tensorboard" in trackers:  # a sweep's folder shows every member beside the others
+        lines.append(f"TensorBoard: tensorboard --logdir {sweep or run_dir}")
+    if "wandb" in trackers:
+        node = trackers["wandb"]
+        lines.append(
+            f"W&B: wandb sync {run_dir / 'wandb'}/offline-run-* (offline; uploads it)"
+            if node.mode == "offline"
+            else f"W&B: project {node.project} at wandb.ai"
+        )
+    return lines
+
+
 def git_commit(source: Path = SOURCE) -> str | None:
     """HEAD of the source tree, `-dirty` when it has uncommitted changes; None outside git."""
     if not (source / ".git").exists():

@@ -223,3 +223,25 @@ def test_the_server_log_carries_warnings_to_fl_run(capsys) -> None:
     log = RunLog()
     log.feed(capsys.readouterr().out)
     assert log.warnings == ["tracking=mlflow failed (x)"]
+
+
+def test_fl_run_ends_by_saying_where_each_tracker_shows_the_run(tmp_path: Path) -> None:
+    cfg = _writable(["tracking=[mlflow,tensorboard,wandb]"])
+    tracking.settle(cfg, started_in=tmp_path, sweep=None)
+    run_dir = tmp_path / "outputs" / "run"
+    assert tracking.where_to_look(cfg, run_dir) == [
+        f"MLflow: mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}",
+        f"TensorBoard: tensorboard --logdir {run_dir}",
+        f"W&B: wandb sync {run_dir / 'wandb'}/offline-run-* (offline; uploads it)",
+    ]
+    served = _writable(["tracking=[mlflow,tensorboard]", "tracking.uri=http://h:5000"])
+    tracking.settle(served, started_in=tmp_path, sweep=tmp_path / "multirun" / "x")
+    assert tracking.where_to_look(served, run_dir) == [
+        "MLflow: http://h:5000",
+        f"TensorBoard: tensorboard --logdir {tmp_path / 'multirun' / 'x'}",  # every member
+    ]
+    assert tracking.where_to_look(compose_experiment([]), run_dir) == []
+
+
+def _writable(overrides: list[str]):
+    return OmegaConf.create(OmegaConf.to_container(compose_experiment(overrides)))
