@@ -143,6 +143,15 @@ class MetricsLog:
             _atomic_write(self.path, data[: data.rfind(b"\n") + 1])
 
 
+def write_table(path: Path, rows: Sequence[Mapping[str, Cell]]) -> None:
+    """A small CSV table (the first row's columns), written atomically."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+    _atomic_write(path, out.getvalue().encode())
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     """A metrics.csv's rows as strings ('' for cells missing from older narrower rows), read
     only: unlike MetricsLog, nothing trims a last line a running run is writing."""

@@ -33,6 +33,11 @@ class RunPaths:
         return self.root / "failure-bad-input"
 
     @property
+    def system_profiles(self) -> Path:
+        """Under system=...: each client's device and links as the virtual clock drew them."""
+        return self.root / "system_profiles.csv"
+
+    @property
     def curve(self) -> Path:
         return self.root / "curve.png"
 

@@ -26,8 +26,16 @@ from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.devices import resolve_device
 from fl_system.evaluation import counts_for
 from fl_system.experiment import build_model, build_strategy, central_test_set
-from fl_system.results import METRIC_COLUMNS, MetricsLog, plot_curve, summarize, write_summary
+from fl_system.results import (
+    METRIC_COLUMNS,
+    MetricsLog,
+    plot_curve,
+    summarize,
+    write_summary,
+    write_table,
+)
 from fl_system.run_dir import RunPaths
+from fl_system.system import traces
 from fl_system.tracking import chosen
 from fl_system.tracking.base import FAILED
 from fl_system.tracking.session import TrackedRun
@@ -88,6 +96,9 @@ class RoundDriver:
             torch.set_num_threads(int(cfg.server.torch_threads))
         if chosen(cfg):  # its process starts while the data loads and the federation connects
             self.tracking = TrackedRun(cfg, self.paths.root)
+        if self.federation.clock is not None:  # what it drew, a device trace to replay
+            profiles = self.federation.clock.system.profiles
+            write_table(self.paths.system_profiles, traces.device_rows(profiles))
         model = build_model(cfg)
         arrays = ArrayRecord(model.state_dict())
         start_round, elapsed_before = 1, 0.0

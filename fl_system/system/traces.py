@@ -131,6 +131,21 @@ def _client(path: Path, row: dict, line: int) -> int:
     return int(value)
 
 
+def device_rows(profiles: Mapping[int, Profile]) -> list[dict[str, float]]:
+    """Profiles as a device trace's CSV rows (with latency_ms): what the virtual clock drew,
+    written to a run's system_profiles.csv, is a trace another run can replay."""
+    return [
+        {
+            "client": p,
+            "seconds_per_sample": profile.seconds_per_sample,
+            "uplink_mbps": profile.up_bytes_per_second * 8 / 1e6,
+            "downlink_mbps": profile.down_bytes_per_second * 8 / 1e6,
+            "latency_ms": profile.latency * 1e3,
+        }
+        for p, profile in sorted(profiles.items())
+    ]
+
+
 def device_profiles(path: Path, num_clients: int, *, latency: float) -> dict[int, Profile]:
     """Each partition's profile from a device trace; `latency` (s) where it gives none."""
     kind, loaded = _read(path)

@@ -59,6 +59,8 @@ def test_every_family_runs_on_the_clock_and_the_clock_adds_up(
             times = [float(v) for k, v in row.items() if k.startswith("vtime_") and v]
             assert len(times) == int(row["participants"]), name
             assert seconds == max(times), name
+        drawn = read_rows(member / "system_profiles.csv")  # the profiles the clock used
+        assert [float(r["uplink_mbps"]) for r in drawn] == pytest.approx([UPLINK_MBPS] * 2)
         # round 2 (round 1 also carries the handshakes): uploads alone set the clients' times
         second = rows[1]
         times = [float(v) for k, v in second.items() if k.startswith("vtime_") and v]

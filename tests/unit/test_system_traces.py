@@ -11,6 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
+from fl_system.results import write_table
 from fl_system.system import from_config, traces
 from fl_system.system.clock import Profile
 from fl_system.validation import ConfigError, check_values
@@ -38,6 +39,26 @@ def test_a_csv_device_trace(tmp_path: Path) -> None:
         0: Profile(0.001, 0.5e6, 5e6, 0.03),
         1: Profile(0.002, 1e6, 2e6, 0.05),  # no latency given: the run's
     }
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1.0, 1e6])
+def test_drawn_profiles_written_as_a_trace_replay_exactly(tmp_path: Path, scale: float) -> None:
+    """A run's system_profiles.csv is a device trace: another run reads the same profiles."""
+    drawn = {
+        0: Profile(0.001234 * scale, 0.5e6 * scale, 5e6, 0.03 * scale),
+        1: Profile(0.002 * scale, 1e6, 2e6 * scale, 0.0),
+    }
+    path = tmp_path / "system_profiles.csv"
+    write_table(path, traces.device_rows(drawn))
+    assert path.read_text().splitlines()[0] == (
+        "client,seconds_per_sample,uplink_mbps,downlink_mbps,latency_ms"
+    )
+    replayed = traces.device_profiles(path, 2, latency=9.0)
+    for p, profile in drawn.items():
+        assert replayed[p].seconds_per_sample == pytest.approx(profile.seconds_per_sample, 1e-15)
+        assert replayed[p].up_bytes_per_second == pytest.approx(profile.up_bytes_per_second)
+        assert replayed[p].down_bytes_per_second == pytest.approx(profile.down_bytes_per_second)
+        assert replayed[p].latency == pytest.approx(profile.latency, rel=1e-15, abs=0)
 
 
 def test_fedscale_device_capacity_in_id_order(tmp_path: Path) -> None:
