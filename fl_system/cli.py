@@ -47,7 +47,9 @@ def run_experiment(cfg: DictConfig) -> dict:
     prepare(cfg, new_run_id())  # preflight puts the checkpoint's run id back when resuming
     hydra_cfg = HydraConfig.get()
     sweep = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    tracking.settle(cfg, started_in=Path.cwd(), sweep=sweep)
+    tracking.settle(
+        cfg, started_in=Path.cwd(), sweep=sweep, job_overrides=list(hydra_cfg.overrides.task)
+    )
     early = None
     try:
         check_values(cfg)  # a bad value never starts a process

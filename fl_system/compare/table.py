@@ -19,7 +19,7 @@ from fl_system.results import summarize
 from fl_system.seed_stats import mean_std
 
 SEED = "seed"
-OWN = ("run_id", "run_dir", "resume")  # every run's own: never what tells configurations apart
+OWN = ("run_id", "run_dir", "resume", "tracking.label")  # each run's own, not a setting
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -45,10 +46,12 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"tracking.wandb.mode must be offline or online, got {mode!r}")
 
 
-def settle(cfg: DictConfig, *, started_in: Path, sweep: Path | None) -> None:
+def settle(
+    cfg: DictConfig, *, started_in: Path, sweep: Path | None, job_overrides: Sequence[str] = ()
+) -> None:
     """What fl-run fills in before the run starts: MLflow's default store (a SQLite file in
     the folder fl-run was started in, whatever folder the ServerApp runs in), the -m sweep's
-    directory, and the source's git commit."""
+    directory, the source's git commit, and a sweep member's label (what sets it apart)."""
     if not chosen(cfg):
         return
     with open_dict(cfg):
@@ -56,6 +59,31 @@ def settle(cfg: DictConfig, *, started_in: Path, sweep: Path | None) -> None:
             cfg.tracking.uri = f"sqlite:///{started_in.resolve() / 'mlflow.db'}"
         cfg.tracking.sweep = str(sweep.resolve()) if sweep is not None else None
         cfg.tracking.commit = git_commit()
+        cfg.tracking.label = (
+            member_label(str(cfg.algorithm.name), _swept(sweep), job_overrides)
+            if sweep is not None
+            else None
+        )
+
+
+def member_label(algorithm: str, swept: Sequence[str], job_overrides: Sequence[str]) -> str:
+    """A sweep member's name in the trackers: its algorithm and its values of the swept
+    settings ("fedprox seed=2 train.lr=0.1"), not only Hydra's job number."""
+    values = dict(o.split("=", 1) for o in job_overrides if "=" in o)
+    shown = [f"{key}={values[key]}" for key in swept if key != "algorithm" and key in values]
+    return " ".join([algorithm, *shown])
+
+
+def _swept(sweep: Path) -> list[str]:
+    """The keys the sweep varies, from the multirun.yaml Hydra wrote in its folder."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    saved = sweep / "multirun.yaml"
+    if not saved.is_file():
+        return []
+    given = OmegaConf.select(OmegaConf.load(saved), "hydra.overrides.task") or []
+    parsed = OverridesParser.create().parse_overrides([str(o) for o in given])
+    return [o.key_or_group for o in parsed if o.is_sweep_override()]
 
 
 def where_to_look(cfg: DictConfig, run_dir: Path) -> list[str]:

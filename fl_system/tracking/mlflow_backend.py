@@ -24,6 +24,9 @@ _BATCH = 100  # MLflow's limit of params (or tags) in one log_batch
 _METRIC_BATCH = 1000
 _VALUE_LENGTH = 6000  # MLflow's longest param value
 _NOTE = "mlflow.note.content"  # the run's description in the UI
+# MLflow 3 opens an experiment in the view its kind names: ours train models
+_KIND, _TRAINING = "mlflow.experimentKind", "custom_model_development"
+_SOURCE_COMMIT = "mlflow.source.git.commit"  # the UI's "Source" commit
 
 
 class MlflowTracker(Tracker):
@@ -45,6 +48,8 @@ class MlflowTracker(Tracker):
             return previous
         experiment_id = self._experiment(self.experiment or f"fl_system/{run.dataset}")
         tags = {**run.tags}
+        if "git_commit" in tags:  # "-dirty" stays in our own tag
+            tags[_SOURCE_COMMIT] = tags["git_commit"].removesuffix("-dirty")
         if run.sweep is not None:
             tags[_SWEEP_TAG] = run.sweep
             tags["mlflow.parentRunId"] = self._sweep_parent(experiment_id, run)
@@ -94,10 +99,16 @@ class MlflowTracker(Tracker):
         self.client.set_terminated(run_id, status=_STATUS[status], end_time=_ms(at))
 
     def _experiment(self, name: str) -> str:
+        """The experiment's id, made if new; its kind set if it has none (a user's stays)."""
         found = self.client.get_experiment_by_name(name)
-        if found is not None:
+        if found is not None and _KIND in found.tags:
             return found.experiment_id
-        return self.client.create_experiment(name, artifact_location=self._artifacts(name))
+        if found is None:
+            made = self.client.create_experiment(name, artifact_location=self._artifacts(name))
+        else:
+            made = found.experiment_id
+        self.client.set_experiment_tag(made, _KIND, _TRAINING)
+        return made
 
     def _artifacts(self, experiment: str) -> str | None:
         """Beside a SQLite store (MLflow's default is ./mlruns of whichever folder the

@@ -49,7 +49,7 @@ def run_info(cfg: DictConfig, run_dir: Path) -> RunInfo:
     sweep = OmegaConf.select(cfg, "tracking.sweep")
     return RunInfo(
         run_id=str(cfg.run_id),
-        name=run_dir.name,
+        name=str(OmegaConf.select(cfg, "tracking.label") or run_dir.name),
         run_dir=run_dir,
         dataset=str(cfg.dataset.name),
         params=flatten(config),

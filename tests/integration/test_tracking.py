@@ -67,13 +67,19 @@ def test_a_tracked_sweep_is_logged_grouped_and_compared(
     parents = [r for r in runs if r.data.tags.get("fl_system.role") == "sweep"]
     assert len(parents) == 1 and parents[0].data.tags["fl_system.sweep"] == str(sweep_dir)
     nested = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
-    assert sorted(r.info.run_name for r in nested) == [m.name for m in members]
+    assert sorted(r.info.run_name for r in nested) == sorted(map(_label, members))
     for member in members:
         _assert_mlflow(member, store)
         _assert_tensorboard(member)
         _assert_wandb(member, group=f"{tmp_path.name}/sweep")
         _assert_timed(member, store, began, ended)
     _assert_compared(sweep_dir, members, tmp_path)
+
+
+def _label(member: Path) -> str:
+    """What sets a member apart, its name in the trackers: "fedprox seed=2"."""
+    config = OmegaConf.load(member / "config.yaml")
+    return f"{config.algorithm.name} seed={config.seed}"
 
 
 def _logged_columns(member: Path) -> dict[str, list[float]]:
@@ -93,7 +99,7 @@ def _assert_mlflow(member: Path, store: Path) -> None:
     client, run = mlflow_run(store, member)
     config = OmegaConf.load(member / "config.yaml")
     summary = json.loads((member / "summary.json").read_text())
-    assert run.info.status == "FINISHED" and run.info.run_name == member.name
+    assert run.info.status == "FINISHED" and run.info.run_name == _label(member)
     for key, values in _logged_columns(member).items():
         history = client.get_metric_history(run.info.run_id, key)
         assert [m.step for m in history] == list(range(1, ROUNDS + 1)), key
@@ -111,6 +117,9 @@ def _assert_mlflow(member: Path, store: Path) -> None:
         str(config.seed),
     )
     assert tags["run_id"] == config.run_id
+    assert tags["mlflow.source.git.commit"] == tags["git_commit"].removesuffix("-dirty")
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     files = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert files == {"config.yaml", "curve.png", "metrics.csv", "summary.json"}
 

@@ -245,3 +245,19 @@ def test_fl_run_ends_by_saying_where_each_tracker_shows_the_run(tmp_path: Path) 
 
 def _writable(overrides: list[str]):
     return OmegaConf.create(OmegaConf.to_container(compose_experiment(overrides)))
+
+
+def test_a_sweep_member_is_named_by_its_algorithm_and_its_swept_values(tmp_path: Path) -> None:
+    """The swept keys come from the multirun.yaml Hydra writes in the sweep's folder (a
+    list value is not a sweep; a sweep of lists is)."""
+    task = ["dataset=digits", "algorithm=fedavg,fedprox", "seed=0,1", "model.hidden=[8,8]"]
+    task += ["train.lr=range(1,3)", "partition.alpha=[1,2],[3,4]"]
+    OmegaConf.save({"hydra": {"overrides": {"task": task}}}, tmp_path / "multirun.yaml")
+    cfg = _writable(["tracking=tensorboard", "algorithm=fedprox"])
+    job = ["dataset=digits", "algorithm=fedprox", "seed=1", "model.hidden=[8,8]"]
+    job += ["train.lr=2", "partition.alpha=[3,4]"]
+    tracking.settle(cfg, started_in=tmp_path, sweep=tmp_path, job_overrides=job)
+    assert cfg.tracking.label == "fedprox seed=1 train.lr=2 partition.alpha=[3,4]"
+    single = _writable(["tracking=tensorboard"])
+    tracking.settle(single, started_in=tmp_path, sweep=None, job_overrides=["seed=3"])
+    assert single.tracking.label is None
