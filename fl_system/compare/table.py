@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fl_system.compare.render import setting
 from fl_system.compare.runs import Run
 from fl_system.results import summarize
 from fl_system.seed_stats import mean_std
@@ -93,6 +94,25 @@ def table(runs: Sequence[Run], target: float | None = None) -> tuple[list[str], 
             )
         rows.append(row)
     return keys, rows
+
+
+def best_configuration(runs: Sequence[Run]) -> tuple[str, dict[str, float]] | None:
+    """A sweep's summary: its best configuration by mean final accuracy over its seeds
+    ("algorithm.name=fedprox"), and the figures: that mean and std, its seeds, the
+    configurations and the finished runs. None before any run has an accuracy."""
+    keys, rows = table(runs)
+    scored = [row for row in rows if row["final_accuracy_mean"] is not None]
+    if not scored:
+        return None
+    top = max(scored, key=lambda row: row["final_accuracy_mean"])
+    name = " ".join(f"{k}={setting(top[k])}" for k in keys) or "every run alike"
+    return name, {
+        "best_final_accuracy_mean": top["final_accuracy_mean"],
+        "best_final_accuracy_std": top["final_accuracy_std"],
+        "best_seeds": float(len(top["seeds"])),
+        "configurations": float(len(rows)),
+        "runs_finished": float(sum(row["finished"] for row in rows)),
+    }
 
 
 def _spread(values: Sequence[float | None]) -> tuple[float | None, float | None]:

@@ -2,7 +2,9 @@
 sweep's members in one process never share state).
 
 A -m sweep's members nest under one parent run named after the sweep (found by a tag, made by
-the first member), in the experiment each member logs to.
+the first member), in the experiment each member logs to. The parent runs while a member
+does; as each member ends it gets the sweep's summary so far (its best configuration by mean
+final accuracy, as fl-compare ranks them) and is finished, so it ends with the last member.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from fl_system.compare.runs import find_runs
+from fl_system.compare.table import best_configuration
 from fl_system.tracking.base import FAILED, FINISHED, KILLED, RunInfo, Tracker, summary_scalars
 
 _STATUS = {FINISHED: "FINISHED", FAILED: "FAILED", KILLED: "KILLED"}
@@ -40,6 +44,7 @@ class MlflowTracker(Tracker):
         self.experiment = experiment
         self.client = MlflowClient(tracking_uri=uri)
         self.run_id: str | None = None
+        self.sweep: tuple[str, Path] | None = None  # (its parent run, its folder)
 
     def start(self, run: RunInfo, previous: str | None, at: float) -> str:
         if previous is not None:  # resume: the same MLflow run, running again
@@ -52,7 +57,9 @@ class MlflowTracker(Tracker):
             tags[_SOURCE_COMMIT] = tags["git_commit"].removesuffix("-dirty")
         if run.sweep is not None:
             tags[_SWEEP_TAG] = run.sweep
-            tags["mlflow.parentRunId"] = self._sweep_parent(experiment_id, run)
+            parent = self._sweep_parent(experiment_id, run, at)
+            tags["mlflow.parentRunId"] = parent
+            self.sweep = parent, Path(run.sweep)
         created = self.client.create_run(
             experiment_id, start_time=_ms(at), run_name=run.name, tags=tags
         )
@@ -79,6 +86,8 @@ class MlflowTracker(Tracker):
 
     def end(self, status: str, error: str | None, at: float) -> None:
         self._close(self._id, status, error, at)
+        if self.sweep is not None:
+            self._sweep_ended(*self.sweep, at)
 
     def mark_ended(
         self, run: RunInfo, run_id: str, status: str, error: str | None, at: float
@@ -118,8 +127,9 @@ class MlflowTracker(Tracker):
         store = Path(self.uri.removeprefix("sqlite:///"))
         return (store.parent / "mlartifacts" / experiment.replace("/", "_")).as_uri()
 
-    def _sweep_parent(self, experiment_id: str, run: RunInfo) -> str:
-        """The sweep's parent run in this experiment: made by its first member."""
+    def _sweep_parent(self, experiment_id: str, run: RunInfo, at: float) -> str:
+        """The sweep's parent run in this experiment: made by its first member, running
+        again while a member runs."""
         sweep = str(run.sweep)
         key = hashlib.sha1(sweep.encode()).hexdigest()[:16]
         found = self.client.search_runs(
@@ -128,15 +138,27 @@ class MlflowTracker(Tracker):
             max_results=1,
         )
         if found:
+            self.client.update_run(found[0].info.run_id, status="RUNNING")
             return found[0].info.run_id
         parent = self.client.create_run(
             experiment_id,
+            start_time=_ms(at),
             run_name=f"sweep {run.sweep_label}",
             tags={_ROLE_TAG: "sweep", _SWEEP_TAG: sweep, f"{_SWEEP_TAG}.key": key},
         )
-        # a folder, not a run that trains: it is done as soon as it holds its members
-        self.client.set_terminated(parent.info.run_id, status="FINISHED")
         return parent.info.run_id
+
+    def _sweep_ended(self, parent: str, folder: Path, at: float) -> None:
+        """A member ended: the sweep's summary so far (its best configuration, as fl-compare
+        ranks them) on the parent run, which is finished until another member starts."""
+        best = best_configuration(find_runs([folder])[0])
+        if best is not None:
+            name, figures = best
+            batch = [
+                Metric(k, v, _ms(at), int(figures["runs_finished"])) for k, v in figures.items()
+            ]
+            self.client.log_batch(parent, metrics=batch, tags=[RunTag("best_configuration", name)])
+        self.client.set_terminated(parent, status="FINISHED", end_time=_ms(at))
 
 
 def _ms(at: float) -> int:

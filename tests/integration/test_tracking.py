@@ -68,12 +68,36 @@ def test_a_tracked_sweep_is_logged_grouped_and_compared(
     assert len(parents) == 1 and parents[0].data.tags["fl_system.sweep"] == str(sweep_dir)
     nested = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert sorted(r.info.run_name for r in nested) == sorted(map(_label, members))
+    _assert_sweep_parent(parents[0], nested, members)
     for member in members:
         _assert_mlflow(member, store)
         _assert_tensorboard(member)
         _assert_wandb(member, group=f"{tmp_path.name}/sweep")
         _assert_timed(member, store, began, ended)
     _assert_compared(sweep_dir, members, tmp_path)
+
+
+def _assert_sweep_parent(parent, nested: list, members: list[Path]) -> None:
+    """Finished with its last member, the best configuration by mean final accuracy over
+    the seeds (from each member's summary.json) as its metrics."""
+    info = parent.info
+    assert info.status == "FINISHED"
+    assert info.start_time <= min(r.info.start_time for r in nested)
+    assert info.end_time == max(r.info.end_time for r in nested)
+    finals: dict[str, list[float]] = {}
+    for member in members:
+        name = OmegaConf.load(member / "config.yaml").algorithm.name
+        finals.setdefault(name, []).append(
+            json.loads((member / "summary.json").read_text())["final_accuracy"]
+        )
+    best = max(finals, key=lambda name: sum(finals[name]) / len(finals[name]))
+    assert f"algorithm.name={best}" in parent.data.tags["best_configuration"].split()
+    metrics = parent.data.metrics
+    assert metrics["best_final_accuracy_mean"] == pytest.approx(
+        sum(finals[best]) / len(finals[best]), abs=1e-12
+    )
+    assert (metrics["best_seeds"], metrics["configurations"]) == (len(SEEDS), len(ALGORITHMS))
+    assert metrics["runs_finished"] == len(members)
 
 
 def _label(member: Path) -> str:
