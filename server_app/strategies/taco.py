@@ -13,7 +13,8 @@ first). Each round
     w        <- sum_i alpha_i w_i / sum_i alpha_i      (eta_g = K lr; uniform if all alpha = 0)
     strike   for alpha_i >= kappa after the first warmup_rounds, unless every client of the
              round is flagged (strike_all=True: the paper's rule, strikes then too); lam
-             strikes expel the partition for good, unless that would expel every client left
+             strikes expel the partition for good; a round whose strikes would expel every
+             client left gives none
 
 Delta_i in alpha is the upload less the share of the correction that the K-scaled reading
 (delta_scale = K) adds beyond the literal one (`fl_system.algorithms.taco.literal_uploads`), so that
@@ -255,18 +256,20 @@ class Taco(FederatedStrategy):
             lam=self.lam,
             strike_all=self.strike_all,
         )
-        for pid, count in strikes.items():
-            self.strikes[pid] = count
         left = set(range(self.num_clients)) - self.excluded()
         if self.expel and expelled and left <= set(expelled):
             log.warning(
-                "round %d: every client left (%s) reached %d strikes: none is expelled, as "
-                "alpha cannot tell freeloaders from honest clients that all agree",
+                "round %d: every client left (%s) would reach %d strikes: none is expelled "
+                "and the round gives no strikes, as alpha cannot tell freeloaders from honest "
+                "clients that all agree",
                 plan.round,
                 ", ".join(map(str, expelled)),
                 self.lam,
             )
-        elif self.expel:
+            return new_model
+        for pid, count in strikes.items():
+            self.strikes[pid] = count
+        if self.expel:
             for pid in expelled:
                 self.expelled_at[pid] = plan.round
                 log.warning(

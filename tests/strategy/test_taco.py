@@ -164,14 +164,19 @@ def test_a_round_that_flags_every_client_strikes_none_unless_strike_all() -> Non
 def test_strikes_that_would_expel_every_client_left_expel_none_and_warn(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The round is no evidence: its strikes are not counted either, so a client kept in it
+    can still be expelled later."""
     strategy = _taco(kappa=0.4, lam=1, strike_all=True)
     with caplog.at_level(logging.WARNING):
         result = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=1)
-    assert strategy.strikes.tolist() == [1, 1, 1] and strategy.excluded() == frozenset()
+    assert strategy.strikes.tolist() == [0, 0, 0] and strategy.excluded() == frozenset()
     assert result.metrics["expelled"] == 0 and result.metrics["expelled_now"] == ""
-    assert "round 1: every client left (0, 1, 2) reached 1 strikes: none is expelled" in (
+    assert "round 1: every client left (0, 1, 2) would reach 1 strikes: none is expelled" in (
         caplog.text
     )
+    strategy.kappa = 0.55  # now only client 2 (alpha 0.586) is flagged: it alone goes
+    aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=2)
+    assert strategy.excluded() == frozenset({2})
 
 
 def test_strikes_without_expulsion_when_expel_is_off() -> None:
