@@ -10,6 +10,7 @@ only by the process that logs.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from fl_system.value_checks import ConfigError
 
 EXTRA = "pip install -e '.[tracking]'"
+IMAGE_EXTRA = "build the image with EXTRAS=tracking (docker/README.md, Tracking)"
+IMAGE_MARK = "FL_SYSTEM_IMAGE"  # set in docker/Dockerfile's image: pip does not apply there
 SOURCE = Path(__file__).resolve().parents[2]  # the source tree (a git checkout, or not)
 
 
@@ -40,7 +43,8 @@ def check(cfg: DictConfig) -> None:
     trackers = chosen(cfg)
     for name in trackers:
         if importlib.util.find_spec(name) is None:
-            raise ConfigError(f"tracking={name} needs the {name} package: {EXTRA}")
+            how = IMAGE_EXTRA if os.environ.get(IMAGE_MARK) else EXTRA
+            raise ConfigError(f"tracking={name} needs the {name} package: {how}")
     mode = trackers["wandb"].mode if "wandb" in trackers else "offline"
     if mode not in ("offline", "online"):
         raise ConfigError(f"tracking.wandb.mode must be offline or online, got {mode!r}")

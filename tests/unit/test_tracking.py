@@ -191,6 +191,9 @@ def test_a_missing_tracker_package_names_the_extra(monkeypatch) -> None:
     assert str(err.value) == (
         "tracking=wandb needs the wandb package: pip install -e '.[tracking]'"
     )
+    monkeypatch.setenv(tracking.IMAGE_MARK, "1")  # as in the project's image
+    with pytest.raises(ConfigError, match="build the image with EXTRAS=tracking"):
+        tracking.check(cfg)
 
 
 def test_wandb_runs_offline_or_online_only() -> None:
