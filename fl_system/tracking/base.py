@@ -52,6 +52,13 @@ class RunInfo:
 class Tracker(ABC):
     """One tracking backend; any exception it raises drops it from the run with one warning."""
 
+    keeps_models = False  # True: it is given the final model at the end (`log_model`)
+
+    def log_model(self, model: Any, at: float) -> None:
+        """The run's final model (a `final_model.FinalModel`), given to trackers that keep
+        models (`keeps_models`) only."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no models")
+
     @abstractmethod
     def start(self, run: RunInfo, previous: str | None, at: float) -> str:
         """Open the run started `at`, or continue `previous` (its id from an earlier start);

@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 from fl_system.compare.runs import find_runs
 from fl_system.compare.table import best_configuration
 from fl_system.tracking.base import FAILED, FINISHED, KILLED, RunInfo, Tracker, summary_scalars
+from fl_system.tracking.final_model import FinalModel
 
 _STATUS = {FINISHED: "FINISHED", FAILED: "FAILED", KILLED: "KILLED"}
 _SWEEP_TAG, _ROLE_TAG = "fl_system.sweep", "fl_system.role"
@@ -34,7 +35,7 @@ _SOURCE_COMMIT = "mlflow.source.git.commit"  # the UI's "Source" commit
 
 
 class MlflowTracker(Tracker):
-    def __init__(self, uri: str, experiment: str | None = None) -> None:
+    def __init__(self, uri: str, experiment: str | None = None, log_model: bool = True) -> None:
         # An unreachable server fails in seconds, not after MLflow's default ~2 min of retries
         # (the run goes on without it); the environment still overrides both.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
@@ -42,6 +43,7 @@ class MlflowTracker(Tracker):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.uri = uri
         self.experiment = experiment
+        self.keeps_models = bool(log_model)
         self.client = MlflowClient(tracking_uri=uri)
         self.run_id: str | None = None
         self.sweep: tuple[str, Path] | None = None  # (its parent run, its folder)
@@ -83,6 +85,26 @@ class MlflowTracker(Tracker):
     def log_files(self, files: list[Path]) -> None:
         for path in files:
             self.client.log_artifact(self._id, str(path))
+
+    def log_model(self, model: FinalModel, at: float) -> None:
+        """An MLflow model (MLflow's PyTorch flavor, a traced graph: serving it needs torch,
+        not fl_system) with its signature and input example, linked to the run."""
+        import mlflow
+        import mlflow.pytorch
+        import torch
+        from mlflow.models import infer_signature
+
+        with torch.no_grad():
+            output = model.module(torch.from_numpy(model.example)).numpy()
+        mlflow.set_tracking_uri(self.uri)  # this process logs one run at a time
+        mlflow.pytorch.log_model(
+            model.module,
+            name="model",
+            signature=infer_signature(model.example, output),
+            input_example=model.example,
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
+            run_id=self._id,
+        )
 
     def end(self, status: str, error: str | None, at: float) -> None:
         self._close(self._id, status, error, at)

@@ -24,8 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from fl_system import run_log
 from fl_system.compare.runs import flatten
 from fl_system.config_nodes import build
+from fl_system.run_dir import RunPaths
 from fl_system.tracking import chosen, record
 from fl_system.tracking.base import FINISHED, KILLED, RUNNING, RunInfo, Tracker
+from fl_system.tracking.final_model import FinalModel, final_model
 from fl_system.tracking.record import Entry
 
 Say = Callable[[str], None]
@@ -70,6 +72,7 @@ class Receiver:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, at: float, say: Say = run_log.say) -> None:
         self.run = run_info(cfg, run_dir)
+        self.cfg = cfg
         self.say = say
         self.trackers: dict[str, Tracker] = {}
         self.entries: dict[str, Entry] = record.load(run_dir) if cfg.resume else {}
@@ -88,8 +91,10 @@ class Receiver:
     def finish(self, summary: Mapping[str, Any], files: list[str], at: float) -> None:
         last = max((e.round for e in self.entries.values()), default=0)
         paths = [Path(f) for f in files]
+        keeping = any(t.keeps_models for t in self.trackers.values())
+        model = self._final_model() if keeping else None
         for name, tracker in list(self.trackers.items()):
-            if self._guard(name, _close, tracker, summary, last, paths, at):
+            if self._guard(name, _close, tracker, summary, last, paths, model, at):
                 self.entries[name].status = FINISHED
         self._save()
 
@@ -109,6 +114,15 @@ class Receiver:
         else:
             previous.status = RUNNING
 
+    def _final_model(self) -> FinalModel | None:
+        """The run's final model; a warning and None if it cannot be built (the run's own
+        files are complete either way)."""
+        try:
+            return final_model(self.cfg, RunPaths(self.run.run_dir).checkpoint)
+        except Exception as err:
+            self.say(run_log.warning_line(f"the final model is not logged ({error_line(err)})"))
+            return None
+
     def _save(self) -> None:
         if self.entries:
             record.save(self.run.run_dir, self.entries)
@@ -125,10 +139,17 @@ class Receiver:
 
 
 def _close(
-    tracker: Tracker, summary: Mapping[str, Any], last: int, files: list[Path], at: float
+    tracker: Tracker,
+    summary: Mapping[str, Any],
+    last: int,
+    files: list[Path],
+    model: FinalModel | None,
+    at: float,
 ) -> None:
     tracker.log_summary(summary, last, at)
     tracker.log_files(files)
+    if model is not None and tracker.keeps_models:
+        tracker.log_model(model, at)
     tracker.end(FINISHED, None, at)
 
 

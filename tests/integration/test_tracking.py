@@ -13,11 +13,15 @@ import time
 from pathlib import Path
 
 import matplotlib.image
+import mlflow.pyfunc
+import numpy as np
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from fl_system.checkpoint import load_checkpoint
+from fl_system.experiment import build_model
 from fl_system.launch.processes import free_port
 from fl_system.results import read_rows
 from tests.integration.conftest import QUICK, interrupt_when, run_cli, run_sweep
@@ -53,7 +57,7 @@ def test_a_tracked_sweep_is_logged_grouped_and_compared(
     round, params, tags, summary, files, status), grouped by sweep in each; fl-compare's
     table holds the means of the nine summary.json files and its plot is a PNG."""
     sweep_dir, store = tmp_path / "sweep", tmp_path / "mlflow.db"
-    sweep = [*ARGS, EVERY_TRACKER, f"tracking.uri=sqlite:///{store}"]
+    sweep = [*ARGS, EVERY_TRACKER, f"tracking.uri=sqlite:///{store}", "tracking.log_model=false"]
     sweep += [f"algorithm={','.join(ALGORITHMS)}", f"seed={','.join(map(str, SEEDS))}"]
     began = time.time()
     members = run_sweep(sweep, sweep_dir, cli_env)
@@ -146,6 +150,7 @@ def _assert_mlflow(member: Path, store: Path) -> None:
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     files = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert files == {"config.yaml", "curve.png", "metrics.csv", "summary.json"}
+    assert not run.outputs.model_outputs  # tracking.log_model=false
 
 
 def _assert_tensorboard(member: Path) -> None:
@@ -259,6 +264,24 @@ def test_a_killed_tracked_run_shows_killed_and_its_resume_logs_each_round_once(
     _assert_tracked_once(run_dir, store, killed, resumed_at, rounds)
 
 
+def _assert_served_model(run, run_dir: Path, store: Path) -> None:
+    """The final model, logged once as an MLflow model linked to the run, predicts as the
+    checkpoint's weights do in the model the server builds; its signature is the input's."""
+    (logged,) = run.outputs.model_outputs
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    served = mlflow.pyfunc.load_model(f"models:/{logged.model_id}")
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    shape = list(cfg.dataset.input_shape)
+    batch = np.random.default_rng(0).random((5, *shape), dtype=np.float32)
+    model = build_model(cfg)
+    weights = load_checkpoint(run_dir / "checkpoint.npz").model
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
+    with torch.no_grad():
+        expected = model.eval()(torch.from_numpy(batch)).numpy()
+    np.testing.assert_allclose(served.predict(batch), expected, rtol=1e-5, atol=1e-6)
+    assert served.metadata.get_input_schema().inputs[0].shape[1:] == tuple(shape)
+
+
 def _tracked_a_round(run_dir: Path) -> bool:
     try:
         return min(t["round"] for t in ids(run_dir).values()) >= 1
@@ -276,6 +299,7 @@ def _assert_tracked_once(
     assert stopped_at == rounds
     client, run = mlflow_run(store, run_dir)
     assert run.info.run_id == killed["mlflow"]["id"] and run.info.status == "FINISHED"
+    _assert_served_model(run, run_dir, store)
     history = client.get_metric_history(run.info.run_id, "test_accuracy")
     assert [m.step for m in history] == list(range(1, rounds + 1))
     later = [m.step for m in history if m.timestamp >= resumed_at]
