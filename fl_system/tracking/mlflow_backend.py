@@ -96,7 +96,10 @@ class MlflowTracker(Tracker):
 
         with torch.no_grad():
             output = model.module(torch.from_numpy(model.example)).numpy()
-        mlflow.set_tracking_uri(self.uri)  # this process logs one run at a time
+        # this process logs one run at a time; the model goes to the run's experiment (MLflow
+        # files it under the active one, else under Default)
+        mlflow.set_tracking_uri(self.uri)
+        mlflow.set_experiment(experiment_id=self.client.get_run(self._id).info.experiment_id)
         mlflow.pytorch.log_model(
             model.module,
             name="model",

@@ -269,6 +269,7 @@ def _assert_served_model(run, run_dir: Path, store: Path) -> None:
     checkpoint's weights do in the model the server builds; its signature is the input's."""
     (logged,) = run.outputs.model_outputs
     mlflow.set_tracking_uri(f"sqlite:///{store}")
+    assert mlflow.get_logged_model(logged.model_id).experiment_id == run.info.experiment_id
     served = mlflow.pyfunc.load_model(f"models:/{logged.model_id}")
     cfg = OmegaConf.load(run_dir / "config.yaml")
     shape = list(cfg.dataset.input_shape)
