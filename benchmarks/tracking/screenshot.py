@@ -1,9 +1,13 @@
-"""A tracked run as a researcher sees it: a 10-round simulation logged with tracking=mlflow,
-`mlflow server` on loopback over its SQLite store, and the run's accuracy chart opened in
-headless Chromium (Debian's `chromium`), saved as `mlflow_run.png`. Run by hand (about a
-minute: the server takes ~15 s to start, the page ~10 s to render), not in CI.
+"""A tracked sweep as a researcher sees it: FedAvg and FedProx at seeds 0 and 1, 10 rounds
+each, logged with tracking=mlflow, `mlflow server` on loopback over its SQLite store, and
+three pages opened in headless Chromium (Debian's `chromium`) in MLflow's model-training view:
+the experiment's runs (the sweep's parent run, its members folded under it), its logged
+models (each member's final model, with its run's name: "fedprox seed=1"), and one run's
+accuracy chart: `mlflow_runs.png`, `mlflow_models.png`, `mlflow_run.png` beside this file.
+Run by hand (about three minutes: the server takes ~15 s to start, each page ~10 s to
+render), not in CI.
 
-    python -m benchmarks.tracking.screenshot [--out benchmarks/tracking/mlflow_run.png]
+    python -m benchmarks.tracking.screenshot [--out-dir benchmarks/tracking]
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from pathlib import Path
 from benchmarks.harness.fl_run import ROOT, BenchmarkError, run_fl
 from fl_system.launch.processes import free_port, tool_env
 
-RUN = ["runtime=simulation", "num_rounds=10", "tracking=mlflow"]
+SWEEP = ["runtime=simulation", "num_rounds=10", "tracking=mlflow", "algorithm=fedavg,fedprox"]
+SWEEP += ["seed=0,1"]
 SERVER = ["mlflow", "server", "--host", "127.0.0.1", "--workers", "1"]
 # root needs --no-sandbox; the budget lets the page's scripts fetch and draw before the shot
 CHROMIUM = ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
@@ -59,6 +64,7 @@ def metric_page(port: int, run_id: str) -> str:
         "experiments": json.dumps([EXPERIMENT_ID]),
         "plot_metric_keys": json.dumps(["test_accuracy"]),
         "x_axis": "step",
+        "workflowType": "machine_learning",
     }
     return f"http://127.0.0.1:{port}/#/metric?{urllib.parse.urlencode(query)}"
 
@@ -77,24 +83,34 @@ def screenshot(url: str, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/tracking/mlflow_run.png")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks/tracking")
     args = parser.parse_args()
+    out = args.out_dir.resolve()
     with tempfile.TemporaryDirectory(prefix="bench-tracking-ui-") as tmp:
         work = Path(tmp)
-        run_dir = work / "run"
+        sweep = work / "sweep"
         run_fl(
-            ["fl-run", *RUN, f"hydra.run.dir={run_dir}"],
+            ["fl-run", "-m", *SWEEP, f"hydra.sweep.dir={sweep}"],
             work / "run.out",
-            600,
+            900,
             tool_env(),
             cwd=work,
         )
-        run_id = json.loads((run_dir / "tracking.json").read_text())["mlflow"]["id"]
+        first = min(p for p in sweep.iterdir() if (p / "tracking.json").is_file())
+        run_id = json.loads((first / "tracking.json").read_text())["mlflow"]["id"]
         port = free_port()
         server = serve(work / "mlflow.db", port, work / "server.log")
+        base = f"http://127.0.0.1:{port}/#/experiments/{EXPERIMENT_ID}"
+        view = "workflowType=machine_learning"  # the UI's own toggle, GenAI unless asked
+        pages = {
+            "mlflow_runs.png": f"{base}/runs?{view}",
+            "mlflow_models.png": f"{base}/models?{view}",
+            "mlflow_run.png": metric_page(port, run_id),
+        }
         try:
-            url = metric_page(port, run_id)
-            screenshot(url, args.out.resolve())
+            for name, url in pages.items():
+                screenshot(url, out / name)
+                print(f"{url}\nscreenshot: {out / name}", flush=True)
         finally:  # the server and its workers: its own session, started here
             os.killpg(server.pid, signal.SIGINT)
             try:
@@ -102,7 +118,6 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
-    print(f"{url}\nscreenshot: {args.out}")
 
 
 if __name__ == "__main__":
