@@ -90,7 +90,7 @@ def _error_lines(stderr: str) -> list[str]:
         ),
         (
             ["algorithm=taco", "train.local_steps=5", "algorithm.lam=0"],
-            "algorithm.lam must be null (T / 5) or an integer >= 1, got 0",
+            "algorithm.lam must be null (T / 5, at least 3) or an integer >= 1, got 0",
         ),
         (
             ["algorithm=fedcat", "algorithm.k=5"],

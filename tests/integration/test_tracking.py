@@ -268,9 +268,9 @@ def _assert_served_model(run, run_dir: Path, store: Path) -> None:
     """The final model, logged once as an MLflow model linked to the run, predicts as the
     checkpoint's weights do in the model the server builds; its signature is the input's."""
     (logged,) = run.outputs.model_outputs
-    mlflow.set_tracking_uri(f"sqlite:///{store}")
-    assert mlflow.get_logged_model(logged.model_id).experiment_id == run.info.experiment_id
-    served = mlflow.pyfunc.load_model(f"models:/{logged.model_id}")
+    model_info = MlflowClient(f"sqlite:///{store}").get_logged_model(logged.model_id)
+    assert model_info.experiment_id == run.info.experiment_id
+    served = mlflow.pyfunc.load_model(model_info.artifact_location)  # no global tracking URI
     cfg = OmegaConf.load(run_dir / "config.yaml")
     shape = list(cfg.dataset.input_shape)
     batch = np.random.default_rng(0).random((5, *shape), dtype=np.float32)
