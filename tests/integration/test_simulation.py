@@ -236,8 +236,8 @@ def test_strikes_that_would_expel_every_client_expel_none_and_the_run_goes_on(
     none is, each such round says so, and the run completes."""
     run_dir = tmp_path / "expelled"
     taco = ["algorithm=taco", "train.local_steps=3", "algorithm.kappa=0.1", "algorithm.lam=1"]
-    taco.append("algorithm.strike_all=true")
-    result = run_cli([*SIM, *taco, "num_rounds=3", f"hydra.run.dir={run_dir}"], cli_env)
+    taco += ["algorithm.strike_all=true", "num_rounds=3", f"hydra.run.dir={run_dir}"]
+    result = run_cli([*SIM, *taco], cli_env)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = MetricsLog(run_dir / "metrics.csv").rows()
     assert [(r["flagged"], r["expelled"]) for r in rows] == [("2", "0")] * 3
