@@ -179,7 +179,10 @@ def test_a_client_that_loses_the_server_gives_up_after_its_timeout(
     federation: Federation,
 ) -> None:
     """Runs last: stops the SuperLink. The client must not wait forever."""
-    key = federation.certs / "supernode-3.key"  # a key no running client uses
+    # a key no other test uses: a SuperNode stopped by the test before may not have left yet
+    # (on a loaded machine its stop outlasts fl-client's grace, and it is let go only after
+    # 2 missed heartbeats), and the SuperLink refuses a second SuperNode with its key
+    key = federation.certs / "supernode-4.key"
     proc, log = federation.client("client-b", 1, "--connect-timeout", "6", key=key)
     assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
     server = next(p for name, p in federation.procs.procs if name == "fl-server")
