@@ -51,14 +51,16 @@ from client_app.local_data import (
 )
 from client_app.sources import CONFIGURED, LoadData, Sources, own_sources
 from client_app.trainer import TrainSettings, train_locally
-from fl_system import privacy, protocol, score, wire
-from fl_system.config_nodes import build, config_from_json
-from fl_system.devices import resolve_device
-from fl_system.evaluation import Counts, counts_for, counts_record
-from fl_system.experiment import build_client_addons
-from fl_system.model_parts import forward_parts
+from fl_system import privacy
+from fl_system.config.experiment import build_client_addons
+from fl_system.learning import score
+from fl_system.learning.devices import resolve_device
+from fl_system.learning.evaluation import Counts, counts_for, counts_record
+from fl_system.learning.model_parts import forward_parts
+from fl_system.learning.seeding import derive_seed
+from fl_system.messages import protocol, wire
 from fl_system.privacy import noise
-from fl_system.seeding import derive_seed
+from fl_system.settings.config_nodes import build, config_from_json
 
 _QUERY_SEED = 0x9A5  # separates the seeds of queries from those of training
 _UPDATE_SEED = 0xC0DE  # and those of a stochastic codec's rounding
@@ -306,7 +308,7 @@ def _evaluate_locally(got: Incoming, msg: Message) -> Message:
 
 def _reply(content: RecordDict, msg: Message) -> Message:
     """The reply in the format the request came in: packed for fl_system's exchange, plain
-    for Flower's own loop and mods (`fl_system.wire`)."""
+    for Flower's own loop and mods (`fl_system.messages.wire`)."""
     return Message(wire.pack(content) if wire.is_packed(msg.content) else content, reply_to=msg)
 
 

@@ -14,8 +14,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from client_app.state import ClientState
-from fl_system import protocol
-from fl_system.compression import Compression, blob_array, is_compressed
+from fl_system.learning.compression import Compression, blob_array, is_compressed
+from fl_system.messages import protocol
 
 RESIDUAL = "compression-up-residual"  # the client state record of the residual
 

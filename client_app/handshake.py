@@ -15,9 +15,9 @@ from torch import nn
 
 from client_app.addons import ClientHooks
 from client_app.local_data import NodeIdentity, data_report
-from fl_system import protocol
 from fl_system.data.node_data import node_held
-from fl_system.own_model import fingerprint
+from fl_system.learning.own_model import fingerprint
+from fl_system.messages import protocol
 
 
 def handshake_reply(

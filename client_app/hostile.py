@@ -1,7 +1,7 @@
 """The replies of the clients an attack study plays: freeloaders and malicious clients.
 
 `clients.freeloaders` train nothing and reply as if they had; `clients.malicious` train, then
-send a hostile or broken reply in place of their model (fl_system.freeloaders, .malicious).
+send a hostile or broken reply in place of their model (fl_system.learning.freeloaders, .malicious).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from client_app.incoming import Incoming
 from client_app.trainer import TrainSettings, batches
-from fl_system import protocol
-from fl_system.freeloaders import freeload
-from fl_system.malicious import tamper
-from fl_system.seeding import derive_seed
+from fl_system.learning.freeloaders import freeload
+from fl_system.learning.malicious import tamper
+from fl_system.learning.seeding import derive_seed
+from fl_system.messages import protocol
 
 _FREELOADER_SEED = 0xF4EE  # a noise freeloader's draws
 _FREELOADER_STATE = "freeloader-last-global"  # ClientState: the global model received last

@@ -19,11 +19,11 @@ from client_app.compression import receive_model
 from client_app.local_data import NodeIdentity
 from client_app.sources import Sources
 from client_app.state import ClientState
-from fl_system import protocol, wire
-from fl_system.compression import Compression
-from fl_system.config_nodes import config_from_json
-from fl_system.devices import apply_thread_limit
-from fl_system.experiment import build_compression
+from fl_system.config.experiment import build_compression
+from fl_system.learning.compression import Compression
+from fl_system.learning.devices import apply_thread_limit
+from fl_system.messages import protocol, wire
+from fl_system.settings.config_nodes import config_from_json
 
 STATE = "fl-system"  # context.state record holding what the handshake delivered
 

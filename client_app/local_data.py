@@ -11,8 +11,7 @@ import numpy as np
 from flwr.app import Context
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import score
-from fl_system.cache_root import default_cache_root
+from fl_system.data.cache_root import default_cache_root
 from fl_system.data.corruption import corrupt
 from fl_system.data.files import DataError
 from fl_system.data.local_split import stratified_split
@@ -28,8 +27,9 @@ from fl_system.data.node_data.statistics import node_moments
 from fl_system.data.node_data.streamed import Streamed, streams
 from fl_system.data.node_dir import load_node_dir
 from fl_system.data.partition_cache import cached_partition
-from fl_system.seeding import derive_seed
-from fl_system.state_root import default_state_root
+from fl_system.learning import score
+from fl_system.learning.seeding import derive_seed
+from fl_system.runtime.state_root import default_state_root
 
 Records = np.ndarray | Streamed  # a node's records: in memory, or streamed from its cache
 _SPLIT_SEED = 0x5B1  # separates the local train/test split from other per-partition draws

@@ -19,9 +19,9 @@ from omegaconf import DictConfig
 from torch import nn
 
 from client_app.local_data import NodeIdentity, Records, local_test_data, local_training_data
-from fl_system.app_supplied import data_from_app
 from fl_system.data.files import DataError
-from fl_system.experiment import build_model
+from fl_system.learning.app_supplied import data_from_app
+from fl_system.learning.own_model import build_model
 
 Labelled = tuple[Records, np.ndarray]
 # load_data(partition_id, num_partitions) -> (train, test): each (x, y), a Dataset or a loader

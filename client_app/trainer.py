@@ -15,10 +15,10 @@ from torch import nn
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.state import ClientState
-from fl_system import protocol
 from fl_system.data.node_data.streamed import Streamed
-from fl_system.evaluation import evaluate
-from fl_system.model_parts import Parts, forward_parts
+from fl_system.learning.evaluation import evaluate
+from fl_system.learning.model_parts import Parts, forward_parts
+from fl_system.messages import protocol
 
 
 @dataclass(frozen=True)

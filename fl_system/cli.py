@@ -14,16 +14,24 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fl_system import startup, tracking
-from fl_system.app_supplied import refuse_in_fl_run
-from fl_system.checkpoint import CheckpointError
-from fl_system.compose import CONF_DIR, prepare
-from fl_system.config_nodes import build, new_run_id
+from fl_system.config.compose import CONF_DIR, prepare
+from fl_system.config.overrides import (
+    check_choices,
+    check_keys,
+    check_syntax,
+    mounted_groups,
+    rewrite,
+)
+from fl_system.config.validation import check_values
 from fl_system.data import DataError, PartitionError
-from fl_system.launch import LaunchError, StartsEarly, release_warm
-from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
-from fl_system.run_dir import RunPaths
-from fl_system.validation import ConfigError, check_values
+from fl_system.learning.app_supplied import refuse_in_fl_run
+from fl_system.records import tracking
+from fl_system.records.checkpoint import CheckpointError
+from fl_system.records.run_dir import RunPaths
+from fl_system.runtime import startup
+from fl_system.runtime.launch import LaunchError, StartsEarly, release_warm
+from fl_system.settings.config_nodes import build, new_run_id
+from fl_system.settings.value_checks import ConfigError
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -60,7 +68,7 @@ def run_experiment(cfg: DictConfig) -> dict:
             early.start(cfg, paths)
         startup.mark("values checked")
         # imported only now: torch comes with it (~1.3 s of CPU the runtime's start overlaps)
-        from fl_system.preflight import check_data, check_parts
+        from fl_system.config.preflight import check_data, check_parts
 
         check_parts(cfg)
         startup.mark("config checked")
@@ -124,7 +132,7 @@ def _end_tracked(cfg: DictConfig, paths: RunPaths, status: str, error: str) -> N
     the run is gone by now); untracked runs import nothing."""
     if not tracking.chosen(cfg):
         return
-    from fl_system.tracking.session import end_left_open
+    from fl_system.records.tracking.session import end_left_open
 
     end_left_open(
         cfg, paths.root, status, error, say=lambda text: print(f"fl-run: {text}", file=sys.stderr)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fl_system import protocol
-from fl_system.config_nodes import config_from_json
+from fl_system.messages import protocol
+from fl_system.settings.config_nodes import config_from_json
 from server_app.driver import RoundDriver
 
 

@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import protocol, score
-from fl_system.evaluation import client_accuracy_summary, counts_from_record
+from fl_system.learning import score
+from fl_system.learning.evaluation import client_accuracy_summary, counts_from_record
+from fl_system.messages import protocol
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
-from fl_system import protocol
-from fl_system.codecs import CodecError
-from fl_system.compression import Compression, array_blob, is_compressed
+from fl_system.learning.codecs import CodecError
+from fl_system.learning.compression import Compression, array_blob, is_compressed
+from fl_system.messages import protocol
 from server_app.rejection import rejected
 
 

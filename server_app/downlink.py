@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
-from fl_system import protocol
-from fl_system.compression import Compression, is_compressed
-from fl_system.seeding import derive_seed
+from fl_system.learning.compression import Compression, is_compressed
+from fl_system.learning.seeding import derive_seed
+from fl_system.messages import protocol
 
 _DOWN_SEED = 0xD0E  # the seed of a stochastic codec's rounding, per round
 _PREFIX = "downlink/"

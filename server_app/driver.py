@@ -21,12 +21,15 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import run_log, score
-from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from fl_system.devices import resolve_device
-from fl_system.evaluation import counts_for
-from fl_system.experiment import build_model, build_strategy, central_test_set
-from fl_system.results import (
+from fl_system.config.experiment import build_strategy, central_test_set
+from fl_system.heterogeneity import traces
+from fl_system.learning import score
+from fl_system.learning.devices import resolve_device
+from fl_system.learning.evaluation import counts_for
+from fl_system.learning.own_model import build_model
+from fl_system.records import run_log
+from fl_system.records.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from fl_system.records.results import (
     METRIC_COLUMNS,
     MetricsLog,
     plot_curve,
@@ -34,11 +37,10 @@ from fl_system.results import (
     write_summary,
     write_table,
 )
-from fl_system.run_dir import RunPaths
-from fl_system.system import traces
-from fl_system.tracking import chosen
-from fl_system.tracking.base import FAILED
-from fl_system.tracking.session import TrackedRun
+from fl_system.records.run_dir import RunPaths
+from fl_system.records.tracking import chosen
+from fl_system.records.tracking.base import FAILED
+from fl_system.records.tracking.session import TrackedRun
 from server_app.federation import Federation
 from server_app.privacy import Privacy
 from server_app.rounds import NodeRefused, RoundRecord, RunFailed, grouped_reasons

@@ -1,6 +1,6 @@
 """Send messages and collect replies: packed for the wire, counted, and polled quickly.
 
-Models cross the wire packed (`fl_system.wire`): messages are packed just before the push
+Models cross the wire packed (`fl_system.messages.wire`): messages are packed just before the push
 and replies unpacked on arrival, so strategies see whole ArrayRecords on both sides. Bytes are
 counted on the packed messages, i.e. what really travels. A reply larger than
 `max_reply_bytes` is refused unread (not unpacked): it becomes an error reply with the sizes.
@@ -26,8 +26,9 @@ from flwr.app import ArrayRecord, Error, Message, Metadata
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-from fl_system import flwr_hooks, protocol, wire
-from fl_system.flwr_hooks import WireSize
+from fl_system.flower import flwr_hooks
+from fl_system.flower.flwr_hooks import WireSize
+from fl_system.messages import protocol, wire
 
 log = logging.getLogger(__name__)
 

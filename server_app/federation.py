@@ -19,11 +19,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import protocol, system
-from fl_system.config_nodes import config_to_json
+from fl_system import heterogeneity
+from fl_system.config.experiment import build_compression
 from fl_system.data.node_data import node_held
-from fl_system.experiment import build_compression
-from fl_system.seeding import derive_seed
+from fl_system.learning.seeding import derive_seed
+from fl_system.messages import protocol
+from fl_system.settings.config_nodes import config_to_json
 from server_app import normalisation, stragglers
 from server_app.client_eval import ClientEvaluation
 from server_app.compression import UpdateTally, expand_replies
@@ -85,7 +86,7 @@ class Federation:
             else None
         )
         self.stragglers = stragglers.from_config(cfg)
-        model = system.from_config(cfg)
+        model = heterogeneity.from_config(cfg)
         self.clock = (
             VirtualClock(model, compression=self.compression, step_cost=step_cost)
             if model is not None

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from flwr.app import Message
 from omegaconf import DictConfig
 
-from fl_system import protocol
 from fl_system.data.node_data import NodeReport, Task, mismatches
+from fl_system.messages import protocol
 from server_app.rounds import NodeRefused
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,9 @@ from __future__ import annotations
 from flwr.app import Message
 from omegaconf import DictConfig
 
-from fl_system import protocol
-from fl_system.app_supplied import model_from_app
-from fl_system.experiment import build_model
-from fl_system.own_model import fingerprint, first_difference
+from fl_system.learning.app_supplied import model_from_app
+from fl_system.learning.own_model import build_model, fingerprint, first_difference
+from fl_system.messages import protocol
 from server_app.rounds import NodeRefused
 
 

@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-from fl_system import protocol
+from fl_system.messages import protocol
 from server_app.exchange import exchange
 from server_app.rounds import RunFailed
 

@@ -16,8 +16,8 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system import protocol
 from fl_system.data.node_data.statistics import combine
+from fl_system.messages import protocol
 from server_app.exchange import exchange
 from server_app.rounds import RunFailed
 

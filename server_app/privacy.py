@@ -24,8 +24,9 @@ import numpy as np
 from flwr.serverapp.strategy import Strategy
 from omegaconf import DictConfig
 
-from fl_system import privacy, run_log
+from fl_system import privacy
 from fl_system.privacy import noise, published
+from fl_system.records import run_log
 from server_app.rounds import RoundRecord
 from server_app.strategies.base import FederatedStrategy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_system import protocol
+from fl_system.messages import protocol
 
 
 def rejected(content: RecordDict, reason: str) -> RecordDict:

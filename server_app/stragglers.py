@@ -1,7 +1,7 @@
 """Stragglers and drop-outs for every algorithm (EFL spec 5): each round's step budgets.
 
 Each sampled client's budget s_k comes from (seed, round, partition) alone
-(`fl_system.stragglers.round_budget`), so every algorithm of a comparison meets the same
+(`fl_system.learning.stragglers.round_budget`), so every algorithm of a comparison meets the same
 stragglers. Inactive clients (s_k = 0) get no message. Incomplete ones (0 < s_k < E) train
 s_k steps (`train.local_steps` overridden in their message) if the strategy can use partial
 work; otherwise they are dropped, as FedAvg drops them in the paper. The round's metrics
@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
-from fl_system import protocol
-from fl_system.stragglers import round_budget
+from fl_system.learning.stragglers import round_budget
+from fl_system.messages import protocol
 from server_app.rounds import RoundPlan
 
 

@@ -3,7 +3,7 @@ who finished first, and how long the round took on the clients' devices and netw
 
 Accounting only, from what the server already has: the sizes of the messages each node
 received and sent this round (the courier's), the local steps each reply reports, and each
-client's profile (`fl_system.system`). Before training, a round samples among the clients
+client's profile (`fl_system.heterogeneity`). Before training, a round samples among the clients
 online at its virtual start (waiting, if nobody is, until somebody is) and, under
 `system.round_deadline`, gives each client the steps that fit (estimating its bytes from the
 last round's): all E, part of them where the strategy uses partial work, or none (the client
@@ -23,16 +23,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
-from fl_system import protocol
-from fl_system.compression import Compression
-from fl_system.system import SystemModel
-from fl_system.system.clock import (
+from fl_system.heterogeneity import SystemModel
+from fl_system.heterogeneity.clock import (
     Profile,
     client_seconds,
     first_finishers,
     round_seconds,
     steps_within,
 )
+from fl_system.learning.compression import Compression
+from fl_system.messages import protocol
 from server_app.exchange import NodeMessages
 from server_app.rejection import rejected
 from server_app.rounds import RoundPlan, RunFailed

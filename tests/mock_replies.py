@@ -15,7 +15,7 @@ from flwr.app import (
     RecordDict,
 )
 
-from fl_system import protocol
+from fl_system.messages import protocol
 from server_app.rounds import Exchange, RoundPlan, RoundResult
 from server_app.strategies.base import FederatedStrategy
 

@@ -325,7 +325,7 @@ def write_plot(ctx: Context, outcomes: Sequence[RunOutcome], path: Path) -> None
 def n_params() -> int:
     """Float parameters of the cnn on mnist5k (what a dense update carries)."""
     from benchmarks.harness.same_start import compose_config
-    from fl_system.experiment import build_model
+    from fl_system.learning.own_model import build_model
 
     model = build_model(compose_config(list(COMMON)))
     return sum(v.numel() for v in model.state_dict().values() if v.is_floating_point())

@@ -14,7 +14,7 @@ codec and q both ways):
 
 Bytes are what `metrics.csv` measured: every serialized message (bytes_up, bytes_down), and
 the model-update part alone (update_bytes_up); analytic bits of spec 2.9 beside them. Kept
-positions travel Golomb-Rice coded (`fl_system.golomb`). A client that missed rounds gets the
+positions travel Golomb-Rice coded (`learning.golomb`). A client that missed rounds gets the
 broadcasts since the version it holds, or the whole model (first contact, or when the
 broadcasts would outweigh it): that catch-up is most of the downstream traffic, and counted.
 The report sets the measured upload beside the figures of the earlier report (positions at

@@ -11,7 +11,7 @@ with Disco's defaults a=0.5, b=0.1 (KL to uniform, normalised over the participa
 `num_rounds` / `train.local_epochs` cut to fit a CPU budget (the paper: 100 rounds x 10 epochs).
 The same seed gives every method the same partition, the same initial model and the same
 local-training seeds, so gains are compared per seed. Each run's metrics.csv gives the best
-test accuracy over rounds and the mean of the last 10 rounds (fl_system.results.summarize), and
+test accuracy over rounds and the mean of the last 10 rounds (records.results.summarize), and
 the aggregation weights actually used (`weight_<pid>` columns). Optionally a small (a, b) sweep
 of FedAvg + Disco on NIID-2.
 

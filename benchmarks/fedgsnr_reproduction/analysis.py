@@ -10,7 +10,7 @@ from scipy.stats import spearmanr
 
 from benchmarks.harness.outcome import RunOutcome, find
 from benchmarks.harness.seeds import mean_std
-from fl_system.results import partition_columns
+from fl_system.records.results import partition_columns
 
 
 # ----- analysis ---------------------------------------------------------------------------

@@ -61,7 +61,8 @@ from client_app.layer_gradients import layer_gradient_sums, supported_layers
 from client_app.per_sample import vmap_gradient_sums
 from client_app.trainer import TrainSettings, train_locally
 from fl_system.addons import gsnr
-from fl_system.experiment import build_model, load_dataset, partition_indices
+from fl_system.data.configured import load_dataset, partition_indices
+from fl_system.learning.own_model import build_model
 
 SHARE_GOAL = 0.15  # statistics exchange time / training exchange time
 EXPECTED_UP = 3.0  # model up + mean and variance up, each a model's size

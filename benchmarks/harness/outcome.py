@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fl_system.results import summarize
+from fl_system.records.results import summarize
 
 
 @dataclass(frozen=True)

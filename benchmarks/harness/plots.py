@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness.outcome import RunOutcome
-from fl_system.seed_stats import BAND, seed_band
+from fl_system.records.seed_stats import BAND, seed_band
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from fl_system.launch.processes import descendants
+from fl_system.runtime.launch.processes import descendants
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -79,7 +79,7 @@ def cpu_percent(pids: set[int], window: float) -> float:
 
 
 ROLES = (  # (role, text in its command line), first match wins
-    ("ClientApp launcher + forked ClientApps", "fl_system.supernode.launcher"),
+    ("ClientApp launcher + forked ClientApps", "fl_system.runtime.supernode.launcher"),
     ("ClientApp processes (flwr-clientapp)", "flwr-clientapp"),
     ("SuperNodes", "supernode"),
     ("SuperExec helpers", "flower-superexec"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from fl_system.results import read_rows
+from fl_system.records.results import read_rows
 
 # 20 rounds, not the default 5: a local round's seconds jump between ~1 and ~4 s with the
 # moments the SuperNodes poll, and only many rounds average that out

@@ -11,7 +11,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from benchmarks.harness.fl_run import ROOT
-from fl_system.experiment import build_model, load_dataset, partition_indices
+from fl_system.data.configured import load_dataset, partition_indices
+from fl_system.learning.own_model import build_model
 
 CONF_DIR = ROOT / "conf"
 

@@ -7,7 +7,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from fl_system.seed_stats import mean_std, pct
+from fl_system.records.seed_stats import mean_std, pct
 
 __all__ = ["difference", "geometric_mean", "mean_std", "pct", "ratio", "significance"]
 

@@ -85,7 +85,7 @@ class NodeMemory:
                 worker = _FOR.search(titles.get(_parent(pid), "")) is not None
                 counts = decoders if worker else apps
                 counts[owner] = counts.get(owner, 0) + _rss(pid)
-            elif "fl_system.supernode.launcher" in cmd:
+            elif "fl_system.runtime.supernode.launcher" in cmd:
                 self.peaks.launcher = max(self.peaks.launcher, _rss(pid))
         p = self.peaks
         for node, rss in nodes.items():

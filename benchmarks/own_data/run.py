@@ -37,7 +37,7 @@ from benchmarks.own_data.node_memory import NodeMemory, NodePeaks
 from examples.three_sites.write_sites import FMNIST_CLASSES, SITES, write_image_sites
 from fl_system.data.locations import DEBIAN_FASHION_MNIST
 from fl_system.data.node_data import Task, read_node_data
-from fl_system.results import read_rows
+from fl_system.records.results import read_rows
 
 STUDY = "own_data"
 MIB = 1024 * 1024

@@ -30,7 +30,7 @@ from benchmarks.reliability.processes import (
     status_of,
     supernodes,
 )
-from fl_system.checkpoint import load_checkpoint
+from fl_system.records.checkpoint import load_checkpoint
 
 
 # ----- 1: clients dying -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks.harness.fl_run import ROOT, tool_env
 from benchmarks.harness.process_tree import tree
-from fl_system.launch.processes import alive
+from fl_system.runtime.launch.processes import alive
 
 FL_RUN = str(Path(sys.executable).parent / "fl-run")
 FL_CERTS = str(Path(sys.executable).parent / "fl-certs")
@@ -139,7 +139,7 @@ def role_of(pid: int) -> str | None:
     if any(a.endswith("fl-supernode") for a in argv[:2]):
         part = next((a for a in argv if a.startswith("partition-id=")), "partition-id=?")
         return f"SuperNode {part.split()[0].split('=')[1]}"
-    if "fl_system.supernode.launcher" in text:
+    if "fl_system.runtime.supernode.launcher" in text:
         return "launcher"
     return None
 

@@ -22,12 +22,13 @@ from benchmarks.harness.fl_run import (
 )
 from benchmarks.harness.process_tree import PeakMemory, RoundCpu
 from client_app.trainer import TrainSettings, train_locally
-from fl_system.aggregation import weighted_average
-from fl_system.config_nodes import build
-from fl_system.devices import resolve_device
-from fl_system.evaluation import evaluate
-from fl_system.experiment import build_model, load_dataset, partition_indices
-from fl_system.seeding import derive_seed
+from fl_system.data.configured import load_dataset, partition_indices
+from fl_system.learning.aggregation import weighted_average
+from fl_system.learning.devices import resolve_device
+from fl_system.learning.evaluation import evaluate
+from fl_system.learning.own_model import build_model
+from fl_system.learning.seeding import derive_seed
+from fl_system.settings.config_nodes import build
 
 SIM_GOAL = 1.25  # simulation s/round may be at most this multiple of the plain loop's
 LOCAL_OVERHEAD_GOAL = 4.0  # local s/round minus the plain loop's, 10 nodes

@@ -26,7 +26,7 @@ from benchmarks.harness.fl_run import Code, cpu_model, remove_worktree, run_fl, 
 from benchmarks.harness.paths import invocation, report_path, write_report
 from benchmarks.harness.process_tree import PeakMemory
 from benchmarks.harness.round_costs import round_seconds
-from fl_system.results import read_rows
+from fl_system.records.results import read_rows
 
 STUDY = "scale"
 ROUNDS = 6

@@ -28,7 +28,7 @@ from pathlib import Path
 from benchmarks.harness.fl_run import Code, cpu_model, remove_worktree, run_fl, worktree
 from benchmarks.harness.paths import invocation, report_path
 from benchmarks.startup.timeline import Timeline, timed_run
-from fl_system.results import MetricsLog
+from fl_system.records.results import MetricsLog
 
 SIMULATION = ["runtime=simulation", "num_clients=10", "num_rounds=5"]
 SWEEP_SEEDS = 6

@@ -32,7 +32,7 @@ from benchmarks.harness.fl_run import ROOT, Code, cpu_model, remove_worktree, ru
 from benchmarks.harness.paths import invocation, report_path
 from benchmarks.harness.seeds import mean_std
 from benchmarks.taco_reproduction.analysis import alpha_by_group, detection
-from benchmarks.taco_reproduction.arms import KAPPAS, PAPER_TABLE2_MNIST, PAPER_TABLE8_T5, run_spec
+from benchmarks.taco_reproduction.arms import KAPPAS, PAPER_TABLE2, PAPER_TABLE8, run_spec
 from benchmarks.taco_reproduction.run import run_all
 
 SHORT = (
@@ -143,7 +143,7 @@ def long_tables(outcomes: list, seeds: Sequence[int], rounds: int) -> list[str]:
     ):
         mean, std = mean_std([g[key] for g in groups])
         after = f"{mean:.2f} ± {std:.2f}"
-        lines.append(f"| {name} | {BEFORE_TABLE2[key]} | {after} | {PAPER_TABLE2_MNIST[key]} |")
+        lines.append(f"| {name} | {BEFORE_TABLE2[key]} | {after} | {PAPER_TABLE2['MNIST'][key]} |")
     lam = math.ceil(rounds / 5)
     lines += [
         "",
@@ -162,7 +162,7 @@ def long_tables(outcomes: list, seeds: Sequence[int], rounds: int) -> list[str]:
         fpr = statistics.fmean(b / 12 for _, b in found)
         each = "; ".join(f"{f}/8 and {b}/12" for f, b in found)
         after = f"{100 * tpr:.0f} % / {100 * fpr:.1f} % ({each})"
-        lines.append(f"| {kappa} | {BEFORE_TABLE8[kappa]} | {after} | {PAPER_TABLE8_T5[kappa]} |")
+        lines.append(f"| {kappa} | {BEFORE_TABLE8[kappa]} | {after} | {PAPER_TABLE8[kappa][1]} |")
     return lines
 
 

@@ -12,7 +12,7 @@ from benchmarks.harness.seeds import mean_std
 from benchmarks.taco_reproduction.arms import NUM_CLIENTS, TIMING_ROUNDS, freeloader_ids
 from fl_system.algorithms.taco import record_strikes
 from fl_system.data.partitions import LabelGroupsPartition
-from fl_system.results import partition_columns
+from fl_system.records.results import partition_columns
 
 
 # ----- analysis ---------------------------------------------------------------------------

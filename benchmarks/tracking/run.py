@@ -30,9 +30,9 @@ from omegaconf import OmegaConf, open_dict
 from benchmarks.harness.fl_run import cpu_model, run_fl
 from benchmarks.harness.paths import invocation, report_path
 from benchmarks.harness.round_costs import SETTINGS, TIMEOUT, round_seconds
-from fl_system.launch.processes import tool_env
-from fl_system.results import read_rows
-from fl_system.tracking.session import TrackedRun
+from fl_system.records.results import read_rows
+from fl_system.records.tracking.session import TrackedRun
+from fl_system.runtime.launch.processes import tool_env
 
 STUDY = "tracking"
 

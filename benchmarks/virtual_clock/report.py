@@ -23,7 +23,7 @@ from benchmarks.virtual_clock.arms import (
     TACO_TABLE_V,
     TACO_TIMING_ROUNDS,
 )
-from fl_system.results import virtual_summary
+from fl_system.records.results import virtual_summary
 
 COLORS = ("black", "tab:blue", "tab:purple", "tab:green", "tab:orange", "tab:red")
 

@@ -19,9 +19,9 @@ from torch import nn
 
 from client_app.addons import ClientHooks, LocalData
 from client_app.per_sample import gradient_moments
-from fl_system import protocol
 from fl_system.addons import check_settings
 from fl_system.addons.gsnr import GSNR_MEAN, GSNR_SAMPLES, GSNR_STATS, GSNR_VARIANCE
+from fl_system.messages import protocol
 
 
 class GsnrStatistics(ClientHooks):

@@ -18,7 +18,7 @@ from torch import nn
 
 from client_app.addons import ClientHooks
 from client_app.state import ClientState
-from fl_system.model_parts import Parts, forward_parts
+from fl_system.learning.model_parts import Parts, forward_parts
 
 
 @dataclass

@@ -34,7 +34,6 @@ from torch import nn
 from client_app.addons import LocalData
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.per_sample import gradient_moments
-from fl_system import protocol
 from fl_system.algorithms.efl import (
     EFL_DOWN,
     EFL_FISHER_DUE,
@@ -48,8 +47,9 @@ from fl_system.algorithms.efl import (
     read_fisher,
     stable_sums,
 )
-from fl_system.codecs import CodecError
-from fl_system.seeding import derive_seed
+from fl_system.learning.codecs import CodecError
+from fl_system.learning.seeding import derive_seed
+from fl_system.messages import protocol
 
 _FISHER_SEED = 0xF15  # separates the Fisher sample draw from the batches of the round
 FISHER_MODES = ("empirical", "batch")

@@ -26,7 +26,7 @@ from torch.func import functional_call
 
 from client_app.algorithms.base import LocalContext, LocalRule
 from fl_system.algorithms.stem import STEM_MOMENTUM
-from fl_system.seeding import derive_seed
+from fl_system.learning.seeding import derive_seed
 
 T = TypeVar("T")  # np.ndarray or torch.Tensor
 _LAST_BATCH_SEED = 0x57E  # the batch of the reply's momentum, apart from the round's batches

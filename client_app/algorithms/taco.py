@@ -19,13 +19,13 @@ from __future__ import annotations
 import torch
 
 from client_app.algorithms.base import LocalContext, LocalRule
-from fl_system import protocol
 from fl_system.algorithms.taco import (
     TACO_ALPHA,
     TACO_LAST_UPDATE,
     correction_constants,
     correction_per_step,
 )
+from fl_system.messages import protocol
 
 
 class TacoRule(LocalRule):

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from fl_system.value_checks import ConfigError, refusal
+from fl_system.settings.value_checks import ConfigError, refusal
 
 
 def check_settings(name: str, values: Mapping[str, Any]) -> None:

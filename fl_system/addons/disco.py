@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fl_system.aggregation import cosine
-from fl_system.value_checks import Rule, non_negative_number
+from fl_system.learning.aggregation import cosine
+from fl_system.settings.value_checks import Rule, non_negative_number
 
 # FedDisco: a client's discrepancy d_k (up, every train reply), the target distribution T
 # (down, only for target=global), and label counts (up, handshake, only for target=global).

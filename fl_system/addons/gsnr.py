@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl_system.value_checks import Rule, integer_at_least, optional
+from fl_system.settings.value_checks import Rule, integer_at_least, optional
 
 # FedGSNR: the question, and the reply's ArrayRecord of the mean gradient m_k and diagonal
 # variance v_k at the received model, with the number of samples s in the metrics.

@@ -15,8 +15,8 @@ from typing import TypeVar
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from fl_system.codecs import CodecError, kept_count, read_positions, top_k
-from fl_system.golomb import encode_positions
+from fl_system.learning.codecs import CodecError, kept_count, read_positions, top_k
+from fl_system.learning.golomb import encode_positions
 
 # EFL: the sums U = sum u_k and V = sum u_k * w_k of last round's reporters (down), and a
 # client's Fisher diagonal u_k and u_k * w_k at its end model (up), keyed by parameter name.
@@ -92,7 +92,7 @@ def encode_fisher(
     """(u, v, packed positions) of one tensor as they travel (spec 2.9 `fisher_comm`):
     dense float32 (the paper; no positions), float16, or `topk`: the k = max(1, floor(q n))
     largest u with the v at the same positions, float32, positions Golomb-Rice coded
-    (`fl_system.golomb`). v is never ternarised: V / U must stay a weighted mean of models."""
+    (`learning.golomb`). v is never ternarised: V / U must stay a weighted mean of models."""
     u = np.asarray(u, dtype=np.float32)
     v = np.asarray(v, dtype=np.float32)
     if comm == "dense":

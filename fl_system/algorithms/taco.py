@@ -8,7 +8,7 @@ coefficient
 
 (the mean is unweighted, over this round's active clients, the client itself included),
 averages the uploads with weights alpha_i / sum alpha (uniform if every alpha is 0:
-`fl_system.aggregation.normalized_or_uniform`), and gives
+`fl_system.learning.aggregation.normalized_or_uniform`), and gives
 a strike to every client with alpha_i >= kappa: lam strikes expel it. Next round the client
 shifts every local step by the constant gamma (1 - alpha_i) Delta_t, Delta_t the last global
 update in per-step units.
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fl_system.aggregation import cosines_to_mean, relative_norms
+from fl_system.learning.aggregation import cosines_to_mean, relative_norms
 
 # TACO: the last global update u = w_{t-1} - w_t (down, ArrayRecord by layer name) and this
 # client's tailored coefficient alpha_i (config, down), which sets its correction 1 - alpha_i.

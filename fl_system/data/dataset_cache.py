@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_system.cache_root import default_cache_root
+from fl_system.data.cache_root import default_cache_root
 
 # Bump when cached preprocessing or partitioning changes, so stale arrays are not reused.
 _CACHE_VERSION = 1

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system.experiment import load_dataset, partition_indices
+from fl_system.data.configured import load_dataset, partition_indices
 
 # Bump when partitioning or preprocessing changes, so stale cached partitions are not reused.
 _CACHE_VERSION = 1

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from flwr.common.constant import HEARTBEAT_MAX_INTERVAL
 
-from fl_system import protocol
 from fl_system.deploy import enrollment
-from fl_system.deploy.checks import (
+from fl_system.flower.flwr_hooks import MIN_HEARTBEAT, REFUSED_LOG
+from fl_system.messages import protocol
+from fl_system.runtime.connection_checks import (
     DeployError,
     check_auth_key,
     check_plain,
@@ -37,9 +38,8 @@ from fl_system.deploy.checks import (
     start_piped,
     wait_reachable,
 )
-from fl_system.flwr_hooks import MIN_HEARTBEAT, REFUSED_LOG
-from fl_system.launch.processes import free_port, tool_env
-from fl_system.supernode.node import HEARTBEAT_ENV, SUPERVISOR_ENV
+from fl_system.runtime.launch.processes import free_port, tool_env
+from fl_system.runtime.supernode.node import HEARTBEAT_ENV, SUPERVISOR_ENV
 
 # The SuperLink does not know this node's key, or a node with this key is still online (one
 # killed holds it until its heartbeats lapse). A SuperLink opens its ports a moment before

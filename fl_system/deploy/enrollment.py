@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from fl_system.deploy.certs import node_key
-from fl_system.deploy.checks import DeployError
+from fl_system.runtime.connection_checks import DeployError
 
 REMEMBERED = "claimed-partition"  # in the replica's state folder
 KEY_NAME = "node"  # <state folder>/node.key and node.pub

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from fl_system.deploy.checks import DeployError, require_file
+from fl_system.runtime.connection_checks import DeployError, require_file
 
 DEFAULT_CONTROL = "127.0.0.1:9093"  # the operator runs these on the server machine
 CALL_SECONDS = 30.0

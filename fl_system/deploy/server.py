@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fl_system.deploy import members
 from fl_system.deploy.certs import CA_CERT, SERVER_CERT, SERVER_KEY
-from fl_system.deploy.checks import (
+from fl_system.runtime.connection_checks import (
     DeployError,
     check_signed_by,
     check_validity,
@@ -43,8 +43,8 @@ from fl_system.deploy.checks import (
     split_address,
     start_piped,
 )
-from fl_system.launch.processes import free_port, port_open, tool_env
-from fl_system.superlink import LOG_ENV, LOG_LEVELS
+from fl_system.runtime.launch.processes import free_port, port_open, tool_env
+from fl_system.runtime.superlink import LOG_ENV, LOG_LEVELS
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 STARTUP_SECONDS = 60.0
@@ -114,7 +114,7 @@ def launcher_command(appio_port: int, socket_path: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "fl_system.supernode.launcher",
+        "fl_system.runtime.supernode.launcher",
         "--socket",
         str(socket_path),
         "--parent-pid",

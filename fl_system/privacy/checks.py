@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system.config_nodes import build
-from fl_system.validation import ConfigError
+from fl_system.settings.config_nodes import build
+from fl_system.settings.value_checks import ConfigError
 
 FIXED = ("central_fixed", "client_fixed")  # what Flower's accountant covers
 ON_CLIENTS = ("client_fixed", "client_adaptive", "local")  # mechanisms run by client mods

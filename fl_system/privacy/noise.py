@@ -23,7 +23,8 @@ from contextvars import ContextVar
 
 import numpy as np
 
-from fl_system.seeding import derive_seed
+from fl_system.flower import raise_if
+from fl_system.learning.seeding import derive_seed
 
 # The modules that bound Flower's noise function by name, and the module that defines it
 # (its own helpers, add_gaussian_noise_to_params and the legacy wrappers, look it up there).
@@ -88,8 +89,6 @@ def problems() -> list[str]:
 def install() -> None:
     """Make every noise draw of Flower's DP wrappers and mods in this process come from
     `generator()` (idempotent). Raises FlwrInternalsChanged if flwr moved what it replaces."""
-    from fl_system.flwr_hooks import raise_if
-
     raise_if(problems())
     for name in NOISE_USERS:
         setattr(importlib.import_module(name), NOISE_FUNCTION, gaussian_noise_inplace)

@@ -21,8 +21,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system.flower import raise_if
 from fl_system.privacy.checks import check_composition, check_rule, clients_per_round, mode
-from fl_system.validation import ConfigError
+from fl_system.settings.value_checks import ConfigError
 
 BASES = (
     ("flwr.serverapp.strategy.dp_fixed_clipping", "DifferentialPrivacyFixedClippingBase"),
@@ -60,8 +61,6 @@ def problems() -> list[str]:
 def install() -> None:
     """Make Flower's DP wrappers check what they wrap (idempotent). Raises
     FlwrInternalsChanged if flwr moved them."""
-    from fl_system.flwr_hooks import raise_if
-
     raise_if(problems())
     for module, name in BASES:
         base = getattr(importlib.import_module(module), name)

@@ -1,7 +1,7 @@
 """Server halves of add-ons: pieces that compose with any averaging strategy.
 
 An add-on is a config node under `algorithm` with `enabled`, `server` and `client` keys
-(`algorithm.disco`, `algorithm.gsnr`); `fl_system.experiment.enabled_addons` finds them. Its
+(`algorithm.disco`, `algorithm.gsnr`); `fl_system.config.experiment.enabled_addons` finds them. Its
 server half overrides the hooks below that it needs, e.g. a weighting (FedDisco) replaces
 the averaging weights, a step schedule (FedGSNR) runs an exchange before training and gives
 each client its own settings. The strategy calls every hook of every enabled add-on.

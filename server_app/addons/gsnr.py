@@ -29,10 +29,10 @@ from dataclasses import replace
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from fl_system import protocol
 from fl_system.addons import check_settings, gsnr
 from fl_system.addons.gsnr import GSNR_MEAN, GSNR_STATS, GSNR_VARIANCE
-from fl_system.results import partition_columns
+from fl_system.messages import protocol
+from fl_system.records.results import partition_columns
 from server_app.addons import StepSchedule
 from server_app.rounds import ClientFailure, Exchange, PlanSteps, RoundPlan
 

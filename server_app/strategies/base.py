@@ -31,10 +31,11 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from omegaconf import OmegaConf
 
-from fl_system import privacy, protocol
-from fl_system.aggregation import normalized
-from fl_system.experiment import build_aggregation, build_server_addons
-from fl_system.robust import update_norm
+from fl_system import privacy
+from fl_system.config.experiment import build_aggregation, build_server_addons
+from fl_system.learning.aggregation import normalized
+from fl_system.learning.robust import update_norm
+from fl_system.messages import protocol
 from server_app.addons import Refusal, check_refusals
 from server_app.compression import UpdateTally
 from server_app.federation import Federation
@@ -101,7 +102,7 @@ class FederatedStrategy(Strategy):
         Further settings, in fl-run's syntax (`["compression.up=st", "client_eval.enabled=true"]`).
     experiment : Optional[Experiment] (default: None)
         What the clients run, instead of the arguments: a composed experiment
-        (`fl_system.compose.compose_experiment`), or the overrides that compose it, to which
+        (`fl_system.config.compose.compose_experiment`), or the overrides that compose it, to which
         the arguments above are added.
     addons : Optional[Sequence[ServerAddon]] (default: the experiment's)
         The server halves of add-ons, instead of the ones the experiment enables.

@@ -27,7 +27,6 @@ from typing import Unpack
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_system import protocol
 from fl_system.algorithms.efl import (
     EFL_DOWN,
     EFL_FISHER_DUE,
@@ -37,7 +36,8 @@ from fl_system.algorithms.efl import (
     fisher_records,
     read_fisher,
 )
-from fl_system.codecs import CodecError
+from fl_system.learning.codecs import CodecError
+from fl_system.messages import protocol
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 from server_app.strategies.experiment_binding import Common

@@ -5,7 +5,7 @@ Built as Flower's strategies are, `Scaffold(num_clients=4, train={"lr": 0.05})` 
 from its arguments, over `algorithm=scaffold dataset=app model=app` (the nodes' ClientApp,
 `client_app.make_client_app`, loads the data and builds the model). `experiment=` takes a
 list of overrides, to which the arguments are added, or a composed experiment
-(`fl_system.compose.compose_experiment`), which an argument may repeat but not contradict.
+(`fl_system.config.compose.compose_experiment`), which an argument may repeat but not contradict.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system.compose import CONF_DIR, compose_experiment
-from fl_system.experiment import Experiment, as_experiment
+from fl_system.config.compose import CONF_DIR, compose_experiment
+from fl_system.config.experiment import Experiment, as_experiment
 
 if TYPE_CHECKING:
     from server_app.addons import ServerAddon

@@ -32,8 +32,8 @@ from typing import Unpack
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from fl_system import protocol
-from fl_system.aggregation import weighted_average
+from fl_system.learning.aggregation import weighted_average
+from fl_system.messages import protocol
 from server_app.addons import ServerAddon
 from server_app.rounds import RoundPlan, RoundResult, RoundSteps
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fl_system.aggregation import weighted_average
+from fl_system.learning.aggregation import weighted_average
 
 COUNT_SMOOTHING = 0.01  # count weights (count + 0.01)^-1/2: 1/sqrt(0) is undefined (spec 5.1)
 

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from fl_system import protocol
+from fl_system.messages import protocol
 from server_app.addons import StepSchedule
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fl_system.aggregation import normalized
+from fl_system.learning.aggregation import normalized
 
 
 def fednova_coefficients(
@@ -44,7 +44,7 @@ def fednova_update(
 
     Accumulates in float64 and casts back to each layer's dtype. Integer layers (counters
     such as BatchNorm's num_batches_tracked) keep the first model's value, as in
-    `fl_system.aggregation.weighted_average`.
+    `fl_system.learning.aggregation.weighted_average`.
     """
     if len(models) != len(weights) or not models:
         raise ValueError(f"{len(models)} models but {len(weights)} weights")

@@ -20,7 +20,7 @@ strategy holds an instance of Flower's class whose `aggregate_train` takes its a
 average fl_system made. Its m_t and v_t are the strategy's checkpointed state.
 
 The optimiser moves the float layers; integer buffers (BatchNorm's counters) are counters,
-not parameters, and take the average's value (`fl_system.aggregation.weighted_average`).
+not parameters, and take the average's value (`fl_system.learning.aggregation.weighted_average`).
 The new model is cast back to each layer's dtype: Flower's FedAdam returns float64 (its
 bias-corrected eta is a numpy float64), but the model and the clients' replies are float32.
 """
@@ -38,7 +38,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy.fedopt import FedOpt as FlowerFedOpt
 from omegaconf import OmegaConf
 
-from fl_system.value_checks import Rule, non_negative_number, refusal
+from fl_system.settings.value_checks import Rule, non_negative_number, refusal
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 from server_app.strategies.experiment_binding import Common

@@ -16,7 +16,7 @@ import logging
 
 import numpy as np
 
-from fl_system.aggregation import cosines_to_mean, normalized_or_uniform
+from fl_system.learning.aggregation import cosines_to_mean, normalized_or_uniform
 from server_app.addons import ServerAddon, StepSchedule
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-from fl_system import protocol
-from fl_system.screening import above_median
+from fl_system.learning.screening import above_median
+from fl_system.messages import protocol
 from server_app.rounds import ClientFailure
 
 

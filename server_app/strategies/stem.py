@@ -20,8 +20,8 @@ from typing import Unpack
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fl_system.aggregation import weighted_average
 from fl_system.algorithms.stem import STEM_MOMENTUM
+from fl_system.learning.aggregation import weighted_average
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply
 from server_app.strategies.experiment_binding import Common

@@ -38,8 +38,6 @@ from typing import Unpack
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_system import protocol
-from fl_system.aggregation import normalized_or_uniform
 from fl_system.algorithms.taco import (
     TACO_ALPHA,
     TACO_LAST_UPDATE,
@@ -48,6 +46,8 @@ from fl_system.algorithms.taco import (
     record_strikes,
     tailored_coefficients,
 )
+from fl_system.learning.aggregation import normalized_or_uniform
+from fl_system.messages import protocol
 from server_app.addons import ServerAddon, StepSchedule
 from server_app.rounds import RoundPlan
 from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from client_app.addons.disco import DiscoReport
 from fl_system.addons.disco import DISCO_COUNTS, DISCO_D, DISCO_TARGET
 from fl_system.cli import CONF_DIR
-from fl_system.experiment import build_client_addons
+from fl_system.config.experiment import build_client_addons
 
 
 def _report(*overrides: str) -> list:

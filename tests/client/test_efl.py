@@ -12,7 +12,6 @@ from client_app.algorithms.efl import _FISHER_SEED, EflRule, batch_fisher
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.per_sample import gradient_moments
 from client_app.trainer import TrainSettings, train_locally
-from fl_system import protocol
 from fl_system.algorithms.efl import (
     EFL_FISHER,
     EFL_FISHER_DUE,
@@ -22,7 +21,8 @@ from fl_system.algorithms.efl import (
     EFL_WEIGHTED,
     EFL_WEIGHTED_SUM,
 )
-from fl_system.seeding import derive_seed
+from fl_system.learning.seeding import derive_seed
+from fl_system.messages import protocol
 from tests.client.tiny import linear_data, linear_model
 
 CPU = torch.device("cpu")

@@ -15,7 +15,7 @@ from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.feddyn import GRAD_STATE, FedDynRule
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
-from fl_system.models import MLP
+from fl_system.learning.models import MLP
 
 CPU = torch.device("cpu")
 LR = 0.1

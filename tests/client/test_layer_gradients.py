@@ -13,7 +13,8 @@ from client_app.layer_gradients import layer_gradient_sums, supported_layers
 from client_app.per_sample import gradient_moments, vmap_gradient_sums
 from fl_system.addons import gsnr
 from fl_system.cli import CONF_DIR
-from fl_system.experiment import build_model, load_dataset, partition_indices
+from fl_system.data.configured import load_dataset, partition_indices
+from fl_system.learning.own_model import build_model
 
 SAMPLES = 64  # the spec's s
 BATCH = 64  # the spec's B in the descriptor

@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 from client_app.local_data import NodeIdentity, local_training_data
 from fl_system.cli import CONF_DIR
 from fl_system.data import partition_cache
+from fl_system.data.configured import load_dataset, partition_indices
 from fl_system.data.node_dir import write_node_dir
-from fl_system.experiment import load_dataset, partition_indices
 
 
 def _cfg():

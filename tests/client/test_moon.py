@@ -16,7 +16,7 @@ from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.moon import PREV_MODEL, MoonRule, contrastive_loss
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
-from fl_system.models import MLP
+from fl_system.learning.models import MLP
 
 CPU = torch.device("cpu")
 SETTINGS = TrainSettings(batch_size=8, lr=0.1)

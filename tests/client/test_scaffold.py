@@ -16,7 +16,7 @@ from client_app.algorithms.scaffold import C_I_STATE, ScaffoldRule
 from client_app.state import ClientState
 from client_app.trainer import TrainSettings, train_locally
 from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
-from fl_system.models import MLP
+from fl_system.learning.models import MLP
 
 CPU = torch.device("cpu")
 LR = 0.1

@@ -12,7 +12,7 @@ from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.stem import _LAST_BATCH_SEED, StemRule
 from client_app.trainer import TrainSettings, batches, train_locally
 from fl_system.algorithms.stem import STEM_MOMENTUM
-from fl_system.seeding import derive_seed
+from fl_system.learning.seeding import derive_seed
 from tests.client.tiny import linear_data, linear_model
 
 CPU = torch.device("cpu")

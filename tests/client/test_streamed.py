@@ -14,7 +14,7 @@ from client_app.algorithms.fedavg import FedAvgRule
 from client_app.local_data import NodeIdentity, local_test_data, local_training_data
 from client_app.per_sample import gradient_moments
 from client_app.trainer import TrainSettings, train_locally
-from fl_system.compose import CONF_DIR
+from fl_system.config.compose import CONF_DIR
 from fl_system.data.node_data import Task, normalised, statistics
 from fl_system.data.node_data.streamed import IN_MEMORY_ENV, Streamed
 from tests.client.tiny import linear_data, linear_model

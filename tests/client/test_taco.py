@@ -13,8 +13,8 @@ from client_app.algorithms.base import LocalContext
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.taco import TacoRule
 from client_app.trainer import TrainSettings, train_locally
-from fl_system import protocol
 from fl_system.algorithms.taco import TACO_ALPHA, TACO_LAST_UPDATE
+from fl_system.messages import protocol
 from tests.client.tiny import linear_data, linear_model
 
 CPU = torch.device("cpu")

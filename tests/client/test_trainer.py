@@ -10,7 +10,7 @@ from client_app.algorithms.base import LocalContext
 from client_app.algorithms.fedavg import FedAvgRule
 from client_app.algorithms.fedprox import FedProxRule
 from client_app.trainer import TrainSettings, batches, train_locally
-from fl_system.evaluation import evaluate
+from fl_system.learning.evaluation import evaluate
 from tests.client.tiny import linear_data, linear_model
 
 CPU = torch.device("cpu")

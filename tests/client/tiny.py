@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fl_system.models import MLP
+from fl_system.learning.models import MLP
 
 
 def linear_data(n: int = 40) -> tuple[np.ndarray, np.ndarray]:

@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fl_system.launch.processes import descendants
-from fl_system.results import MetricsLog
+from fl_system.records.results import MetricsLog
+from fl_system.runtime.launch.processes import descendants
 from tests.e2e.federation import BIN, CONTROL, Federation
 
 KINDS = ("supernode", "fl-client", "host")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fl_system.deploy import certs
-from fl_system.launch.processes import ProcessGroup, alive
-from fl_system.results import read_rows
+from fl_system.records.results import read_rows
+from fl_system.runtime.launch.processes import ProcessGroup, alive
 from tests.e2e.netns import Host, hosts
 
 BIN = Path(sys.executable).parent

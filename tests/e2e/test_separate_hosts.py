@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from fl_system.deploy import certs
-from fl_system.launch.processes import alive, descendants
+from fl_system.runtime.launch.processes import alive, descendants
 from tests.e2e.federation import (
     BIN,
     Federation,

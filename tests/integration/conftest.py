@@ -16,9 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.devices import THREADS_ENV
-from fl_system.launch.processes import ProcessGroup, descendants, free_port, port_open, tool_env
-from fl_system.results import METRIC_COLUMNS, MetricsLog
+from fl_system.learning.devices import THREADS_ENV
+from fl_system.records.results import METRIC_COLUMNS, MetricsLog
+from fl_system.runtime.launch.processes import (
+    ProcessGroup,
+    descendants,
+    free_port,
+    port_open,
+    tool_env,
+)
 
 FL_RUN = shutil.which("fl-run", path=str(Path(sys.executable).parent)) or "fl-run"
 
@@ -242,8 +248,8 @@ def run_every_algorithm(common: list[str], tmp_path: Path, env: dict[str, str]) 
     (its honest clients agree in round 1, and in a 2-round run one strike expels, lam =
     ceil(2 / 5): every client would be; its warm-up round gives no strikes, README's TACO).
     Returns every run's directory, each checked to hold rounds 1 and 2."""
-    from fl_system.compose import CONF_DIR
-    from fl_system.overrides import options
+    from fl_system.config.compose import CONF_DIR
+    from fl_system.config.overrides import options
 
     algorithms = options(CONF_DIR, "algorithm")
     others = ",".join(a for a in algorithms if a != "taco")

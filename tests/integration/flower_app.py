@@ -30,8 +30,9 @@ from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, Strategy
 
-from fl_system.compose import compose_experiment
-from fl_system.experiment import build_model, build_strategy, central_evaluation
+from fl_system.config.compose import compose_experiment
+from fl_system.config.experiment import build_strategy, central_evaluation
+from fl_system.learning.own_model import build_model
 
 HERE = Path(__file__).parent
 app = ServerApp()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fl_system.cli import CONF_DIR
-from fl_system.results import MetricsLog
+from fl_system.records.results import MetricsLog
 from server_app.strategies.fedcat_math import ChainSchedule
 from tests.integration.conftest import (
     FL_RUN,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fl_system.checkpoint import load_checkpoint
+from fl_system.records.checkpoint import load_checkpoint
 from tests.integration.conftest import QUICK, HandStartedFederation, run_cli
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from fl_system.checkpoint import load_checkpoint
-from fl_system.results import MetricsLog
+from fl_system.records.checkpoint import load_checkpoint
+from fl_system.records.results import MetricsLog
 from tests.integration.conftest import QUICK, env_in, run_sweep
 from tests.integration.tracked import tensorboard
 

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 
 from fl_system.data.node_dir import TRAIN_FILE
-from fl_system.devices import THREADS_ENV
-from fl_system.launch.processes import alive, descendants
-from fl_system.results import MetricsLog
+from fl_system.learning.devices import THREADS_ENV
+from fl_system.records.results import MetricsLog
+from fl_system.runtime.launch.processes import alive, descendants
 from tests.integration.conftest import FL_RUN, QUICK, HandStartedFederation
 
 pytestmark = pytest.mark.integration
 
-LAUNCHER_MODULE = b"fl_system.supernode.launcher"
+LAUNCHER_MODULE = b"fl_system.runtime.supernode.launcher"
 
 
 # ----- helpers --------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def _wait_for(what: str, check: Callable[[], Any], timeout: float, poll: float =
 
 
 def _launcher_of(node: subprocess.Popen) -> int:
-    """The node's ClientApp launcher: its child running fl_system.supernode.launcher (forked
+    """The node's ClientApp launcher: its child running fl_system.runtime.supernode.launcher (forked
     ClientApps share that command line, but they are the launcher's children, not the node's)."""
 
     def find() -> int | None:

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from fl_system.compose import CONF_DIR, compose_experiment
-from fl_system.evaluation import evaluate
-from fl_system.experiment import build_model, load_dataset, partition_indices
-from fl_system.preflight import check_parts
-from fl_system.validation import ConfigError
+from fl_system.config.compose import CONF_DIR, compose_experiment
+from fl_system.config.preflight import check_parts
+from fl_system.data.configured import load_dataset, partition_indices
+from fl_system.learning.evaluation import evaluate
+from fl_system.learning.own_model import build_model
+from fl_system.settings.value_checks import ConfigError
 from tests.integration.conftest import QUICK, env_in, run_cli
 from tests.integration.flower_app import LOOP_APP, readme_server_app, simulate, write_app
 

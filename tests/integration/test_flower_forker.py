@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.launch.flower_forker import FlowerForker, ForkedProcess
-from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
+from fl_system.runtime.launch.flower_forker import FlowerForker, ForkedProcess
+from fl_system.runtime.launch.processes import ProcessGroup, free_port, port_open, tool_env
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def forker(tmp_path: Path) -> Iterator[tuple[FlowerForker, ProcessGroup]]:
     with theirs:
         process = procs.start(
             "flower forker",
-            [sys.executable, "-m", "fl_system.launch.flower_forker", str(theirs.fileno())],
+            [sys.executable, "-m", "fl_system.runtime.launch.flower_forker", str(theirs.fileno())],
             tmp_path / "forker.log",
             tool_env(),
             plain=True,

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.checkpoint import load_checkpoint
-from fl_system.codecs import kept_count
-from fl_system.golomb import golomb_position_bits
-from fl_system.launch.processes import alive, descendants
-from fl_system.results import MetricsLog
+from fl_system.learning.codecs import kept_count
+from fl_system.learning.golomb import golomb_position_bits
+from fl_system.records.checkpoint import load_checkpoint
+from fl_system.records.results import MetricsLog
+from fl_system.runtime.launch.processes import alive, descendants
 from tests.integration.conftest import (
     FL_RUN,
     QUICK,
@@ -208,7 +208,9 @@ def test_one_clientapp_launcher_serves_every_node_and_its_death_ends_the_run(
     try:
         _wait_until(proc, lambda: len(MetricsLog(run_dir / "metrics.csv").rows()) >= 2)
         seen |= descendants(proc.pid)
-        launchers = [pid for pid in seen if b"fl_system.supernode.launcher" in _cmdline(pid)]
+        launchers = [
+            pid for pid in seen if b"fl_system.runtime.supernode.launcher" in _cmdline(pid)
+        ]
         direct = [pid for pid in launchers if _parent(pid) == proc.pid]
         assert len(direct) == 1, launchers  # one launcher; the rest are its ClientApps
         for partition in range(2):

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from sklearn.datasets import load_breast_cancer
 
 from fl_system.data.node_data import Task, read_node_data
-from fl_system.results import MetricsLog
+from fl_system.records.results import MetricsLog
 from tests.integration.conftest import run_cli, run_every_algorithm
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fl_system.checkpoint import load_checkpoint
-from fl_system.results import MetricsLog
+from fl_system.records.checkpoint import load_checkpoint
+from fl_system.records.results import MetricsLog
 from tests.integration.conftest import run_cli
 
 pytestmark = pytest.mark.integration

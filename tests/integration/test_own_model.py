@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.results import MetricsLog
+from fl_system.records.results import MetricsLog
 from tests.integration.conftest import holding, run_cli, run_every_algorithm
 
 MODELS = textwrap.dedent(

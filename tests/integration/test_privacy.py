@@ -16,8 +16,8 @@ from flwr.supercore.privacy_accounting import (
 )
 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
-from fl_system.checkpoint import load_checkpoint
-from fl_system.results import MetricsLog
+from fl_system.records.checkpoint import load_checkpoint
+from fl_system.records.results import MetricsLog
 from tests.integration.conftest import QUICK, run_cli
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.launch.processes import ProcessGroup, free_port, port_open, tool_env
+from fl_system.runtime.launch.processes import ProcessGroup, free_port, port_open, tool_env
 from tests.integration.conftest import QUICK, run_cli
 
 RAY = str(Path(sys.executable).parent / "ray")

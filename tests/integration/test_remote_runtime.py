@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.launch.processes import alive, descendants
-from fl_system.launch.submit import CONNECTION, Connection, write_flwr_home
-from fl_system.results import MetricsLog
+from fl_system.records.results import MetricsLog
+from fl_system.runtime.launch.processes import alive, descendants
+from fl_system.runtime.launch.submit import CONNECTION, Connection, write_flwr_home
 from tests.integration.conftest import (
     FL_RUN,
     QUICK,

@@ -15,11 +15,11 @@ import torch
 from omegaconf import OmegaConf
 
 from client_app.local_data import NodeIdentity, local_test_data, local_training_data
-from fl_system.checkpoint import load_checkpoint
-from fl_system.evaluation import evaluate
-from fl_system.experiment import build_model
-from fl_system.launch.processes import alive, descendants
-from fl_system.results import MetricsLog, read_rows
+from fl_system.learning.evaluation import evaluate
+from fl_system.learning.own_model import build_model
+from fl_system.records.checkpoint import load_checkpoint
+from fl_system.records.results import MetricsLog, read_rows
+from fl_system.runtime.launch.processes import alive, descendants
 from tests.integration.conftest import FL_RUN, QUICK, interrupt_when, run_cli
 from tests.integration.tracked import (
     mlflow_run,

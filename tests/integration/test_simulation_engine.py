@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from fl_system.checkpoint import load_checkpoint
-from fl_system.launch import LaunchError
-from fl_system.launch.simulation import EngineSettings, SimulationRuntime, _Engine
+from fl_system.records.checkpoint import load_checkpoint
+from fl_system.runtime.launch import LaunchError
+from fl_system.runtime.launch.simulation import EngineSettings, SimulationRuntime, _Engine
 
 from .conftest import QUICK, run_cli, run_sweep
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fl_system.results import read_rows
+from fl_system.records.results import read_rows
 
 from .conftest import QUICK, run_sweep
 

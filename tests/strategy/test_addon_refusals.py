@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fl_system.compose import compose_experiment
-from fl_system.experiment import build_strategy
+from fl_system.config.compose import compose_experiment
+from fl_system.config.experiment import build_strategy
 
 STEPS = "train.local_steps=5"
 

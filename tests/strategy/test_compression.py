@@ -19,10 +19,10 @@ from flwr.app import (
 
 from client_app.compression import RESIDUAL, compress_model
 from client_app.state import ClientState
-from fl_system import protocol
-from fl_system.codecs import SparseTernary, TopK
-from fl_system.compression import Compression, array_blob, blob_array
-from fl_system.golomb import encode_positions
+from fl_system.learning.codecs import SparseTernary, TopK
+from fl_system.learning.compression import Compression, array_blob, blob_array
+from fl_system.learning.golomb import encode_positions
+from fl_system.messages import protocol
 from server_app.compression import expand_replies
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.replies import unpack_replies

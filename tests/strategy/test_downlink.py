@@ -19,9 +19,9 @@ from flwr.app import (
 
 from client_app.compression import receive_model
 from client_app.state import ClientState
-from fl_system import protocol
-from fl_system.codecs import SparseTernary, TopK
-from fl_system.compression import Compression
+from fl_system.learning.codecs import SparseTernary, TopK
+from fl_system.learning.compression import Compression
+from fl_system.messages import protocol
 from server_app.downlink import Downlink
 
 RNG = np.random.default_rng(0)

@@ -13,11 +13,11 @@ from flwr.serverapp.strategy import (
     FedAvg,
 )
 
-from fl_system.compose import compose_experiment
-from fl_system.experiment import build_strategy
-from fl_system.preflight import check_parts
+from fl_system.config.compose import compose_experiment
+from fl_system.config.experiment import build_strategy
+from fl_system.config.preflight import check_parts
 from fl_system.privacy import build_wrapper
-from fl_system.validation import ConfigError
+from fl_system.settings.value_checks import ConfigError
 
 REFUSED = {  # fl-run refuses each of these with privacy=central_fixed
     "feddyn": [],

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from fl_system import protocol
 from fl_system.algorithms.efl import (
     EFL_FISHER,
     EFL_FISHER_DUE,
@@ -20,6 +19,7 @@ from fl_system.algorithms.efl import (
     EFL_WEIGHTED,
     EFL_WEIGHTED_SUM,
 )
+from fl_system.messages import protocol
 from server_app.strategies.efl import Efl
 from tests.mock_replies import aggregate, plan, reply
 

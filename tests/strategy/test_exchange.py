@@ -20,7 +20,7 @@ from flwr.common.constant import ErrorCode
 from flwr.server.superlink.linkstate.utils import NODE_UNAVAILABLE_ERROR_REASON
 
 from client_app import incoming
-from fl_system import wire
+from fl_system.messages import wire
 from server_app.exchange import REPLY_TOO_LARGE, Courier, exchange
 
 SUPERLINK = 1  # Flower's own node id for the SuperLink

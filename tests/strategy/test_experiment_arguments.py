@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fl_system.compose import compose_experiment
+from fl_system.config.compose import compose_experiment
 from server_app.strategies import FedAvg, FedDisco, FedProx, Scaffold
 from server_app.strategies.fedadam import FedAdam
 from server_app.strategies.feddyn import FedDyn

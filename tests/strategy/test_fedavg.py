@@ -7,8 +7,8 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 
-from fl_system import protocol
-from fl_system.compose import compose_experiment
+from fl_system.config.compose import compose_experiment
+from fl_system.messages import protocol
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.fedprox import FedProx
 from tests.mock_replies import aggregate, plan, reply
@@ -181,7 +181,7 @@ def test_a_reply_that_does_not_match_the_model_is_refused_and_the_round_goes_on(
 
 def test_integer_buffers_keep_the_first_replys_value() -> None:
     """Counters cannot be averaged: the first usable reply's value is kept (documented in
-    `fl_system.aggregation.weighted_average`)."""
+    `fl_system.learning.aggregation.weighted_average`)."""
     replies = [
         reply(101, _layers([2.0, 4.0], steps=9), partition_id=0, num_examples=10),
         reply(102, _layers([4.0, 8.0], steps=12), partition_id=1, num_examples=30),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message
 
-from fl_system import protocol
+from fl_system.messages import protocol
 from server_app.rounds import RoundResult
 from server_app.strategies.fedcat import FedCat
 from server_app.strategies.fedcat_math import ChainSchedule

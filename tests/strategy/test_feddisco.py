@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flwr.app import MetricRecord
 
-from fl_system import protocol
 from fl_system.addons.disco import DISCO_COUNTS, DISCO_D, DISCO_TARGET
+from fl_system.messages import protocol
 from server_app.addons.disco import DiscoWeighting
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.feddisco import FedDisco

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from fl_system import protocol
+from fl_system.messages import protocol
 from server_app.strategies.feddyn import FedDyn
 from tests.mock_replies import aggregate, plan, reply
 

@@ -38,8 +38,8 @@ from flwr.app import (
     RecordDict,
 )
 
-from fl_system import protocol
 from fl_system.addons.gsnr import GSNR_MEAN, GSNR_SAMPLES, GSNR_STATS, GSNR_VARIANCE
+from fl_system.messages import protocol
 from server_app.addons.gsnr import STATS_EXCHANGE, GsnrSchedule
 from server_app.rounds import Exchange
 from server_app.strategies.fedavg import FedAvg

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message
 
-from fl_system import protocol
 from fl_system.addons.disco import DISCO_D
+from fl_system.messages import protocol
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.fednova import FedNova
 from tests.mock_replies import aggregate, reply

@@ -16,11 +16,11 @@ from flwr.serverapp.strategy import FedAdagrad as FlowerFedAdagrad
 from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
 from flwr.serverapp.strategy import FedYogi as FlowerFedYogi
 
-from fl_system import protocol
 from fl_system.addons.disco import DISCO_D
-from fl_system.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from fl_system.compose import compose_experiment
-from fl_system.experiment import build_strategy
+from fl_system.config.compose import compose_experiment
+from fl_system.config.experiment import build_strategy
+from fl_system.messages import protocol
+from fl_system.records.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from server_app.addons.disco import DiscoWeighting
 from server_app.strategies.fedadagrad import FedAdagrad
 from server_app.strategies.fedadam import FedAdam

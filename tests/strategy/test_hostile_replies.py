@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message
 
-from fl_system import protocol
-from fl_system.malicious import tamper
-from fl_system.robust import CoordinateMedian, NormClip, TrimmedMean, WeightedMean
+from fl_system.learning.malicious import tamper
+from fl_system.learning.robust import CoordinateMedian, NormClip, TrimmedMean, WeightedMean
+from fl_system.messages import protocol
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.fednova import FedNova
 from server_app.strategies.foolsgold import FoolsGold

@@ -8,7 +8,7 @@ import pytest
 from flwr.app import Error, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 
-from fl_system import protocol
+from fl_system.messages import protocol
 from server_app import nodes
 from server_app.nodes import NodeRegistry
 from server_app.rounds import RunFailed

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from fl_system import protocol
 from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
+from fl_system.messages import protocol
 from server_app.strategies.scaffold import Scaffold
 from tests.mock_replies import aggregate, plan, reply
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from flwr.app import ArrayRecord
 
-from fl_system import protocol
-from fl_system.stragglers import round_budget
+from fl_system.learning.stragglers import round_budget
+from fl_system.messages import protocol
 from server_app.stragglers import Stragglers
 from tests.mock_replies import plan
 

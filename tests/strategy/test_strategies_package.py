@@ -9,7 +9,7 @@ from flwr.serverapp.strategy import Strategy
 from omegaconf import OmegaConf
 
 import server_app.strategies as strategies
-from fl_system.compose import CONF_DIR
+from fl_system.config.compose import CONF_DIR
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from fl_system import protocol
 from fl_system.algorithms.taco import TACO_ALPHA, TACO_LAST_UPDATE
+from fl_system.messages import protocol
 from server_app.strategies.taco import Taco
 from tests.mock_replies import aggregate, plan, reply
 

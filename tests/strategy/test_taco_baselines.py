@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from fl_system import protocol
 from fl_system.algorithms.stem import STEM_MOMENTUM
+from fl_system.messages import protocol
 from server_app.strategies.fedacg import FedAcg
 from server_app.strategies.foolsgold import FoolsGold
 from server_app.strategies.stem import Stem

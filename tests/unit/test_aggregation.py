@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.aggregation import (
+from fl_system.learning.aggregation import (
     cosine,
     cosines_to_mean,
     normalized,

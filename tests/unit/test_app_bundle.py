@@ -8,8 +8,8 @@ from pathlib import Path
 
 from flwr.cli.build import build_fab_from_disk
 
-from fl_system.launch.app_bundle import app_files, stage_app
-from fl_system.launch.components import app_dir
+from fl_system.runtime.launch.app_bundle import app_files, stage_app
+from fl_system.runtime.launch.components import app_dir
 
 PYPROJECT = """[build-system]
 requires = ["hatchling"]

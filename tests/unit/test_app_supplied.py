@@ -8,11 +8,11 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from client_app.sources import as_labelled
-from fl_system.app_supplied import refuse_in_fl_run
-from fl_system.compose import compose_experiment
+from fl_system.config.compose import compose_experiment
 from fl_system.data.files import DataError
-from fl_system.experiment import build_model
-from fl_system.validation import ConfigError
+from fl_system.learning.app_supplied import refuse_in_fl_run
+from fl_system.learning.own_model import build_model
+from fl_system.settings.value_checks import ConfigError
 
 
 def test_fl_run_refuses_what_an_app_of_ones_own_supplies() -> None:
@@ -61,8 +61,8 @@ def test_ones_own_loader_fails_at_the_handshake_not_in_round_1() -> None:
     from torch import nn
 
     from client_app.app import make_client_app
-    from fl_system import protocol
-    from fl_system.config_nodes import config_to_json
+    from fl_system.messages import protocol
+    from fl_system.settings.config_nodes import config_to_json
 
     def missing(partition_id: int, num_partitions: int):
         raise FileNotFoundError(f"/data/site-{partition_id}/digits.npz")

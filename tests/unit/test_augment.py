@@ -7,9 +7,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from fl_system.augment import CropFlip
 from fl_system.cli import CONF_DIR
 from fl_system.data.sources import CIFAR10_MEAN, CIFAR10_STD, CIFAR100_MEAN, CIFAR100_STD
+from fl_system.learning.augment import CropFlip
 
 
 def _images(n: int = 5) -> torch.Tensor:

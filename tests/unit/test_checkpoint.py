@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fl_system.checkpoint import (
+from fl_system.records.checkpoint import (
     Checkpoint,
     CheckpointError,
     load_checkpoint,
@@ -56,7 +56,7 @@ WRITER = """
 import sys
 from pathlib import Path
 import numpy as np
-from fl_system.checkpoint import Checkpoint, save_checkpoint
+from fl_system.records.checkpoint import Checkpoint, save_checkpoint
 
 path = Path(sys.argv[1])
 r = 0

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fl_system.data.local_split import stratified_split
-from fl_system.evaluation import client_accuracy_summary
-from fl_system.results import summarize
+from fl_system.learning.evaluation import client_accuracy_summary
+from fl_system.records.results import summarize
 
 
 def test_the_split_holds_out_the_fraction_of_every_label() -> None:

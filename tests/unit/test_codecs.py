@@ -1,4 +1,4 @@
-"""Update codecs (fl_system.codecs) on exact vectors: kept entries, values, sizes, round trips,
+"""Update codecs (learning.codecs) on exact vectors: kept entries, values, sizes, round trips,
 error feedback, analytic bits (EFL spec 2.6, 2.9, 6.12, 7) and rejected encodings."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fl_system.codecs import (
+from fl_system.learning.codecs import (
     CodecError,
     Dense,
     HalfPrecision,
@@ -23,7 +23,7 @@ from fl_system.codecs import (
     unpack_uints,
     with_feedback,
 )
-from fl_system.golomb import encode_positions, golomb_bits, golomb_position_bits
+from fl_system.learning.golomb import encode_positions, golomb_bits, golomb_position_bits
 
 RNG = np.random.default_rng(0)
 X = np.array([0.5, -3.0, 0.0, 2.0, -2.0, 1.0, 0.25, -0.125], dtype=np.float32)

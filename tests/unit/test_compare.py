@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fl_system.compare.cli import main
-from fl_system.compare.runs import find_runs
-from fl_system.compare.table import table
-from fl_system.results import MetricsLog, summarize, write_summary
+from fl_system.records.compare.cli import main
+from fl_system.records.compare.runs import find_runs
+from fl_system.records.compare.table import table
+from fl_system.records.results import MetricsLog, summarize, write_summary
 
 # (algorithm, mu) x seed -> the accuracy of rounds 1..3 (the last is the final one)
 CURVES = {

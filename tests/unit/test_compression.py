@@ -1,4 +1,4 @@
-"""Whole-update compression (fl_system.compression): the blob format, per-tensor codecs with
+"""Whole-update compression (learning.compression): the blob format, per-tensor codecs with
 and without error feedback, and updates that do not fit the model."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
-from fl_system.codecs import CodecError, Dense, Qsgd, SparseTernary, TopK
-from fl_system.compression import (
+from fl_system.learning.codecs import CodecError, Dense, Qsgd, SparseTernary, TopK
+from fl_system.learning.compression import (
     Compression,
     array_blob,
     blob_array,

@@ -8,21 +8,22 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+import fl_system.data.configured as configured
 import fl_system.data.sources as sources
-import fl_system.experiment as experiment
 from fl_system.data.dataset_cache import cache_file, cached_arrays
+from fl_system.settings.config_nodes import build
 
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FL_CACHE_DIR", str(tmp_path / "cache"))
     sources._cached_load.cache_clear()
-    experiment._dataset.cache_clear()
-    experiment._partitions.cache_clear()
+    configured._dataset.cache_clear()
+    configured._partitions.cache_clear()
     yield tmp_path / "cache"
     sources._cached_load.cache_clear()
-    experiment._dataset.cache_clear()
-    experiment._partitions.cache_clear()
+    configured._dataset.cache_clear()
+    configured._partitions.cache_clear()
 
 
 def test_arrays_are_built_once_and_read_back_identical() -> None:
@@ -94,12 +95,12 @@ def test_partitions_are_cached_and_identical_to_a_fresh_split(private_cache: Pat
             "seed": 1,
         }
     )
-    first = experiment.partition_indices(cfg, 4)
+    first = configured.partition_indices(cfg, 4)
     files = set((private_cache / "arrays").iterdir())
-    experiment._partitions.cache_clear()
-    again = experiment.partition_indices(cfg, 4)
+    configured._partitions.cache_clear()
+    again = configured.partition_indices(cfg, 4)
     assert set((private_cache / "arrays").iterdir()) == files  # read, not written again
     data = sources.Digits().load()
-    fresh = experiment.build(cfg.partition).split(data.y_train, 4, 1)
+    fresh = build(cfg.partition).split(data.y_train, 4, 1)
     for got, cached, want in zip(first, again, fresh, strict=True):
         assert np.array_equal(got, want) and np.array_equal(cached, want)

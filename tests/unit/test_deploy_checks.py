@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from fl_system import flwr_hooks
 from fl_system.deploy import certs, client, members, server
-from fl_system.deploy.checks import (
+from fl_system.flower import flwr_hooks
+from fl_system.runtime.connection_checks import (
     DeployError,
     check_plain,
     check_tls,
     split_address,
     wait_reachable,
 )
-from fl_system.launch.processes import free_port
+from fl_system.runtime.launch.processes import free_port
 
 
 def _material(root: Path, *, names=("localhost",), expired: bool = False) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fl_system.compose import compose_experiment
+from fl_system.config.compose import compose_experiment
 from fl_system.privacy import published_row, published_summary, withholds
 
 ROW = {

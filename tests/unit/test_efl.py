@@ -1,4 +1,4 @@
-"""EFL's math (fl_system.algorithms.efl) and straggler budgets (fl_system.stragglers): EFL spec
+"""EFL's math (algorithms.efl) and straggler budgets (learning.stragglers): EFL spec
 2.1, 2.5, 5, 6.4 and the checks of section 7."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from fl_system.algorithms.efl import (
     progress_factor,
     stable_sums,
 )
-from fl_system.codecs import CodecError
-from fl_system.stragglers import persistent_budget, round_budget
+from fl_system.learning.codecs import CodecError
+from fl_system.learning.stragglers import persistent_budget, round_budget
 
 RNG = np.random.default_rng(0)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fl_system.deploy import client, enrollment, members
-from fl_system.deploy.checks import DeployError
+from fl_system.runtime.connection_checks import DeployError
 
 _REPLICA = """
 import sys, time

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fl_system.evaluation import evaluate
+from fl_system.learning.evaluation import evaluate
 
 
 def test_read_only_splits_are_scored_without_a_warning_and_left_as_they_were() -> None:

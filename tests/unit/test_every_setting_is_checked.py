@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fl_system.cli import CONF_DIR
-from fl_system.overrides import options
-from fl_system.preflight import preflight
-from fl_system.run_dir import RunPaths
+from fl_system.config.overrides import options
+from fl_system.config.preflight import preflight
+from fl_system.records.run_dir import RunPaths
 
 BASE = {"dataset": "digits", "model": "mlp", "partition": "iid"}
 NEEDS = {  # what an option needs besides BASE to compose into a valid run
@@ -27,7 +27,9 @@ NEEDS = {  # what an option needs besides BASE to compose into a valid run
     ("model", "cnn"): {"dataset": "mnist5k"},
     ("model", "resnet18_gn"): {"dataset": "mnist5k"},
     ("model", "vgg11"): {"dataset": "mnist5k"},
-    ("model", "custom"): {"model._target_": "fl_system.models.MLP"},  # any importable module
+    ("model", "custom"): {
+        "model._target_": "fl_system.learning.models.MLP"
+    },  # any importable module
     # data the nodes hold: the task names its classes and shape; the nodes evaluate
     **{
         ("dataset", kind): {"dataset.classes": "[a,b]", "evaluation": "federated", **extra}

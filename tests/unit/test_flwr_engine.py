@@ -1,4 +1,4 @@
-"""The simulation engine's hooks into flwr 1.36 (fl_system.flwr_engine)."""
+"""The simulation engine's hooks into flwr 1.36 (fl_system.flower.flwr_engine)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from flwr.supercore.run import Run
 from flwr.superlink.federation import NoOpFederationManager
 from flwr.superlink.grid import InMemoryGrid
 
-from fl_system import flwr_engine, flwr_hooks
-from fl_system.flwr_hooks import FlwrInternalsChanged
+from fl_system.flower import FlwrInternalsChanged, flwr_engine
+from fl_system.runtime import flwr_check
 
 
 def _changed(monkeypatch: pytest.MonkeyPatch, target: str, value: object) -> str:
@@ -31,7 +31,7 @@ def _changed(monkeypatch: pytest.MonkeyPatch, target: str, value: object) -> str
     with pytest.raises(FlwrInternalsChanged) as raised:
         flwr_engine.check()
     with pytest.raises(FlwrInternalsChanged):
-        flwr_hooks.check()
+        flwr_check.check()
     return str(raised.value)
 
 

@@ -17,21 +17,21 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.runtime import RuntimeHttpClient
 
-from fl_system import flwr_hooks, flwr_tasks
-from fl_system.flwr_hooks import FlwrInternalsChanged
-from fl_system.supernode.node import runtime_api_address
-from fl_system.supernode.polling import PollSchedule
+from fl_system.flower import FlwrInternalsChanged, flwr_hooks, flwr_tasks
+from fl_system.runtime import flwr_check
+from fl_system.runtime.supernode.node import runtime_api_address
+from fl_system.runtime.supernode.polling import PollSchedule
 
 
 def test_check_passes_on_the_pinned_flwr() -> None:
-    flwr_hooks.check()
+    flwr_check.check()
 
 
 def _changed(monkeypatch: pytest.MonkeyPatch, target: str, value: object) -> str:
     """check()'s message after replacing `target` (undone after the test)."""
     monkeypatch.setattr(target, value)
     with pytest.raises(FlwrInternalsChanged) as raised:
-        flwr_hooks.check()
+        flwr_check.check()
     return str(raised.value)
 
 
@@ -95,7 +95,7 @@ def test_a_runtime_client_without_claim_task_is_named(monkeypatch: pytest.Monkey
     """The launcher claims tasks through these two Runtime API calls."""
     monkeypatch.delattr(RuntimeHttpClient, "ClaimTask")
     with pytest.raises(FlwrInternalsChanged, match="RuntimeHttpClient has no ClaimTask"):
-        flwr_hooks.check()
+        flwr_check.check()
 
 
 def test_a_changed_execution_spec_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +106,7 @@ def test_a_changed_execution_spec_is_named(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(flwr_tasks, "ExecutionSpec", ExecutionSpec)
     with pytest.raises(FlwrInternalsChanged, match="ExecutionSpec changed its fields"):
-        flwr_hooks.check()
+        flwr_check.check()
 
 
 # ----- what the hooks do once installed ----------------------------------------------------
@@ -292,7 +292,7 @@ def test_a_killed_clientapp_report_without_the_node_state_hook_is_named(
 
     monkeypatch.setattr(InMemoryNodeState, "_store_error_replies", store_error_replies)
     with pytest.raises(FlwrInternalsChanged, match="no longer replies CLIENT_APP_CRASHED"):
-        flwr_hooks.check()
+        flwr_check.check()
 
 
 def test_a_serverapp_runtime_without_a_parent_watch_is_named(
@@ -303,7 +303,7 @@ def test_a_serverapp_runtime_without_a_parent_watch_is_named(
 
     monkeypatch.setattr(flwr_tasks, "flwr_run_serverapp", run_serverapp)
     with pytest.raises(FlwrInternalsChanged, match=r"run_serverapp lacks parameters \['certif"):
-        flwr_hooks.check()
+        flwr_check.check()
 
 
 class _Refusal(grpc.RpcError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.freeloaders import freeload
+from fl_system.learning.freeloaders import freeload
 
 RECEIVED = {"w": np.array([1.0, 2.0, 3.0], np.float32), "n": np.array([5], np.int64)}
 PREVIOUS = {"w": np.array([2.0, 2.0, 1.0], np.float32), "n": np.array([4], np.int64)}

@@ -1,4 +1,4 @@
-"""Golomb-Rice coded positions (fl_system.golomb): hand-checked bit strings, edge cases,
+"""Golomb-Rice coded positions (fl_system.learning.golomb): hand-checked bit strings, edge cases,
 random round trips, exact sizes, and malformed streams refused with the fault named."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fl_system.golomb import (
+from fl_system.learning.golomb import (
     decode_positions,
     encode_positions,
     golomb_bits,

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from fl_system.launch.processes import alive
-from fl_system.supernode.launcher import parse_args
+from fl_system.runtime.launch.processes import alive
+from fl_system.runtime.supernode.launcher import parse_args
 
 
 def test_one_node_takes_its_address_pipe_and_pid() -> None:
@@ -51,7 +51,7 @@ def test_a_mixed_or_partial_command_line_is_refused(
 
 STUCK_CHILD = """
 import os, sys, time
-from fl_system.supernode.launcher import Launcher
+from fl_system.runtime.supernode.launcher import Launcher
 
 read_end, write_end = os.pipe()
 launcher = Launcher(read_end, os.getpid(), shared=False)
@@ -84,9 +84,9 @@ def test_a_stopping_launcher_ends_the_children_it_forked() -> None:
 
 NODE_GONE_MID_CALL = """
 import os, subprocess, sys, time
-from fl_system import flwr_tasks
-from fl_system.launch.processes import free_port
-from fl_system.supernode.launcher import Launcher
+from fl_system.flower import flwr_tasks
+from fl_system.runtime.launch.processes import free_port
+from fl_system.runtime.supernode.launcher import Launcher
 
 flwr_tasks.CLAIM_RETRY_SECONDS = 1.0
 read_end, write_end = os.pipe()  # the node never writes: the fallback poll claims

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.malicious import HUGE_EXAMPLES, PADDING, tamper
+from fl_system.learning.malicious import HUGE_EXAMPLES, PADDING, tamper
 
 F = np.float32
 

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from fl_system.models import MLP, VGG11, ResNet18GN, SimpleCNN
+from fl_system.learning.models import MLP, VGG11, ResNet18GN, SimpleCNN
 
 
 def _num_params(model: nn.Module) -> int:

@@ -291,8 +291,8 @@ def test_normalisation_per_channel_and_per_numeric_feature():
 
 def test_the_task_orders_features_by_name_so_that_every_process_agrees():
     """A config travels as JSON with sorted keys: only the order by name survives the trip."""
-    from fl_system.compose import compose_experiment
-    from fl_system.config_nodes import config_from_json, config_to_json
+    from fl_system.config.compose import compose_experiment
+    from fl_system.settings.config_nodes import config_from_json, config_to_json
 
     cfg = compose_experiment(
         ["dataset=table", "dataset.classes=[no,yes]", "dataset.features={zeta:float,alpha:[b,a]}"]
@@ -337,9 +337,9 @@ def test_fl_client_gives_its_node_the_data_path_kind_and_name(tmp_path):
 
 
 def test_central_evaluation_of_node_held_data_reads_the_servers_own_test_data(tmp_path):
-    from fl_system.compose import compose_experiment
-    from fl_system.experiment import central_test_set
-    from fl_system.validation import ConfigError
+    from fl_system.config.compose import compose_experiment
+    from fl_system.config.experiment import central_test_set
+    from fl_system.settings.value_checks import ConfigError
 
     pa_csv.write_csv(_rows(), tmp_path / "held.csv")
     task = [

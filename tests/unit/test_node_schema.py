@@ -12,11 +12,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from PIL import Image
 
-import fl_system.config_nodes  # noqa: F401  (the dataset group's resolvers)
-from fl_system.compose import CONF_DIR
+import fl_system.settings.config_nodes  # noqa: F401  (the dataset group's resolvers)
+from fl_system.config.compose import CONF_DIR
 from fl_system.data.node_data import Task, read_node_data
 from fl_system.data.node_data.schema import MAX_CATEGORIES, complete_task, unset
-from fl_system.validation import ConfigError
+from fl_system.settings.value_checks import ConfigError
 
 
 def _cfg(*overrides: str):

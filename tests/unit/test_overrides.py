@@ -1,4 +1,4 @@
-"""`compression.up=st` selects the codec group's option for that package (fl_system.overrides)."""
+"""`compression.up=st` selects the codec group's option for that package (config.overrides)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
-from fl_system.experiment import build_compression
-from fl_system.overrides import check_choices, check_keys, check_syntax, mounted_groups, rewrite
+from fl_system.config.experiment import build_compression
+from fl_system.config.overrides import (
+    check_choices,
+    check_keys,
+    check_syntax,
+    mounted_groups,
+    rewrite,
+)
 
 
 def test_mounted_groups_come_from_config_yaml() -> None:

@@ -8,11 +8,11 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from fl_system.compose import CONF_DIR
-from fl_system.model_parts import forward_parts
-from fl_system.overrides import rewrite
-from fl_system.own_model import check_model, instantiate_model
-from fl_system.validation import ConfigError
+from fl_system.config.compose import CONF_DIR
+from fl_system.config.overrides import rewrite
+from fl_system.learning.model_parts import forward_parts
+from fl_system.learning.own_model import check_model, instantiate_model
+from fl_system.settings.value_checks import ConfigError
 
 MOON_NEEDS = "contrasts the model's penultimate features"
 
@@ -169,7 +169,7 @@ def test_a_node_is_refused_by_the_first_difference_of_its_model():
 
     from client_app.handshake import handshake_reply
     from client_app.local_data import NodeIdentity
-    from fl_system.own_model import fingerprint, first_difference
+    from fl_system.learning.own_model import fingerprint, first_difference
     from server_app.node_model_check import ModelCheck
     from server_app.rounds import NodeRefused
 
@@ -230,7 +230,7 @@ def test_a_node_is_refused_by_the_first_difference_of_its_model():
 def test_model_source_is_shipped_into_the_staged_app_and_its_fab_include(tmp_path):
     import tomllib
 
-    from fl_system.own_model import SHIPPED, ship_source
+    from fl_system.learning.own_model import SHIPPED, ship_source
 
     app = tmp_path / "app"
     app.mkdir()

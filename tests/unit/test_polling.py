@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from fl_system.supernode.polling import (
+from fl_system.runtime.supernode.polling import (
     ACTIVE_ENV,
     IDLE_ENV,
     REPLY_ENV,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import balanced_accuracy_score, f1_score, log_loss, roc_auc_score
 
-from fl_system.pooled_metrics import (
+from fl_system.learning.pooled_metrics import (
     auroc_from_histogram,
     confusion,
     log_odds,
@@ -86,7 +86,7 @@ def test_log_odds_are_stable_at_any_scale(magnitude):
 def test_regression_counts_summed_over_nodes_give_the_unions_mse_mae_and_r2(centre):
     from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
 
-    from fl_system.evaluation import RegressionCounts
+    from fl_system.learning.evaluation import RegressionCounts
 
     rng = np.random.default_rng(2)
     nodes = []

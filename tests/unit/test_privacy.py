@@ -11,10 +11,10 @@ from flwr.supercore.privacy_accounting import (
 )
 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
-from fl_system.compose import compose_experiment
-from fl_system.experiment import build_strategy
+from fl_system.config.compose import compose_experiment
+from fl_system.config.experiment import build_strategy
 from fl_system.privacy import PrivacyAccount, check_privacy, unaccounted_reason
-from fl_system.validation import ConfigError
+from fl_system.settings.value_checks import ConfigError
 
 
 def _flower_epsilons(sigma: float, sampled: int, population: int, delta: float, rounds: int):

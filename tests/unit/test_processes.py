@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from fl_system.launch.processes import ProcessGroup, alive, tool_env
+from fl_system.runtime.launch.processes import ProcessGroup, alive, tool_env
 
 
 def test_a_childs_log_keeps_its_lines_and_drops_colour_codes(tmp_path: Path) -> None:

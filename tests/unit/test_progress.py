@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fl_system import run_log
-from fl_system.launch import LaunchError
-from fl_system.launch.processes import ProcessGroup, tool_env
-from fl_system.progress import follow_run, log_end, server_log
-from fl_system.results import MetricsLog
-from fl_system.run_dir import RunPaths
+from fl_system.records import run_log
+from fl_system.records.results import MetricsLog
+from fl_system.records.run_dir import RunPaths
+from fl_system.runtime.launch import LaunchError
+from fl_system.runtime.launch.processes import ProcessGroup, tool_env
+from fl_system.runtime.launch.progress import follow_run, log_end, server_log
 
 CFG = OmegaConf.create({"num_rounds": 2, "algorithm": {"name": "x"}, "dataset": {"name": "y"}})
 

@@ -1,4 +1,4 @@
-"""The checks before a run on a Ray cluster (fl_system.launch.ray_cluster), without Ray."""
+"""The checks before a run on a Ray cluster (fl_system.runtime.launch.ray_cluster), without Ray."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from fl_system.compose import CONF_DIR
-from fl_system.config_nodes import config_to_json
-from fl_system.launch import LaunchError, ray_cluster
-from fl_system.launch.processes import free_port
-from fl_system.launch.ray_cluster import ClusterError
+from fl_system.config.compose import CONF_DIR
+from fl_system.runtime.launch import LaunchError, ray_cluster
+from fl_system.runtime.launch.processes import free_port
+from fl_system.runtime.launch.ray_cluster import ClusterError
+from fl_system.settings.config_nodes import config_to_json
 
 
 def test_an_address_nobody_answers_is_refused_with_how_to_start_a_head() -> None:

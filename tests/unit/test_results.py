@@ -12,7 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fl_system.results import METRIC_COLUMNS, MetricsLog, plot_curve, summarize, write_summary
+from fl_system.records.results import (
+    METRIC_COLUMNS,
+    MetricsLog,
+    plot_curve,
+    summarize,
+    write_summary,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from fl_system.checkpoint import CheckpointError
-from fl_system.compose import compose_experiment, default_config
-from fl_system.resume import check_same_experiment, defaults_line
+from fl_system.config.compose import compose_experiment, default_config
+from fl_system.config.resume import check_same_experiment, defaults_line
+from fl_system.records.checkpoint import CheckpointError
 
 NOW = {
     "seed": 1,
@@ -125,3 +125,14 @@ def test_defaults_are_conf_with_the_runs_own_options_and_no_other_override() -> 
     assert current["compression"]["up"]["name"] == "topk"
     assert defaults["compression"]["down"]["name"] == "none"
     assert defaults["run_id"] is None
+
+
+def test_a_checkpoint_naming_a_moved_module_by_its_old_path_is_the_same_experiment() -> None:
+    """Written before fl_system was split into rooms: fl_system.models is fl_system.learning's
+    now; a model of another class, or from another module, still differs."""
+    saved = {**NOW, "model": {"_target_": "fl_system.models.CNN", "width": 32}}
+    now = {**NOW, "model": {"_target_": "fl_system.learning.models.CNN", "width": 32}}
+    assert check_same_experiment(saved, now, DEFAULTS) == []
+    for other in ("fl_system.learning.models.MLP", "tinynets.models.CNN"):
+        with pytest.raises(CheckpointError, match=r"differs from the checkpointed run in model\._"):
+            check_same_experiment(saved, {**NOW, "model": {"_target_": other}}, DEFAULTS)

@@ -5,9 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.aggregation import weighted_average
-from fl_system.robust import CoordinateMedian, NormClip, TrimmedMean, WeightedMean, update_norm
-from fl_system.screening import above_median
+from fl_system.learning.aggregation import weighted_average
+from fl_system.learning.robust import (
+    CoordinateMedian,
+    NormClip,
+    TrimmedMean,
+    WeightedMean,
+    update_norm,
+)
+from fl_system.learning.screening import above_median
 
 F = np.float32
 
@@ -64,7 +70,7 @@ def test_a_trim_that_cuts_nothing_says_so_once(caplog: pytest.LogCaptureFixture)
     models = _models([1, 2], [3, 4], [5, 6], [1000, 1000])
     refs = _models(*[[0, 0]] * 4)
     rule = TrimmedMean(trim=0.1)
-    with caplog.at_level("WARNING", logger="fl_system.robust"):
+    with caplog.at_level("WARNING", logger="fl_system.learning.robust"):
         got = rule.combine(models, refs, np.full(4, 0.25))
         rule.combine(models, refs, np.full(4, 0.25))
     np.testing.assert_allclose(got[0], [1009 / 4, 1012 / 4])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from fl_system import run_log
-from fl_system.run_log import RunLog
+from fl_system.records import run_log
+from fl_system.records.run_log import RunLog
 
 
 def test_round_lines_give_progress_and_the_latest_accuracy() -> None:

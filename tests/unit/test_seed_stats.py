@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.seed_stats import mean_std, pct, seed_band
+from fl_system.records.seed_stats import mean_std, pct, seed_band
 
 
 @pytest.mark.parametrize("scale", [1e-30, 1.0, 1e30])

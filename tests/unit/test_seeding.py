@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fl_system.seeding import derive_seed
+from fl_system.learning.seeding import derive_seed
 
 
 def test_derived_seeds_are_stable_and_distinct() -> None:

@@ -13,16 +13,16 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from fl_system.cli import CONF_DIR
-from fl_system.config_nodes import build
-from fl_system.data.node_data import KINDS, Task
-from fl_system.data.partitions import Partitioner
-from fl_system.experiment import (
+from fl_system.config.experiment import (
     build_client_addons,
     build_compression,
-    build_model,
     build_strategy,
 )
-from fl_system.validation import check_values
+from fl_system.config.validation import check_values
+from fl_system.data.node_data import KINDS, Task
+from fl_system.data.partitions import Partitioner
+from fl_system.learning.own_model import build_model
+from fl_system.settings.config_nodes import build
 from server_app.strategies.base import FederatedStrategy
 
 
@@ -52,7 +52,7 @@ def test_algorithms_build_both_halves(name: str) -> None:
 @pytest.mark.parametrize("name", [m for m in _options("model") if m != "app"])
 def test_models_build_for_their_inputs(name: str) -> None:
     dataset = "synthetic" if name in ("mlp", "custom") else "cifar10"
-    own = ["model._target_=fl_system.models.MLP"] if name == "custom" else []  # any module
+    own = ["model._target_=fl_system.learning.models.MLP"] if name == "custom" else []  # any module
     cfg = _cfg(f"model={name}", f"dataset={dataset}", *own)
     model = build_model(cfg)
     x = np.zeros((2, *cfg.dataset.input_shape), dtype=np.float32)

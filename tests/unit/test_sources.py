@@ -201,8 +201,8 @@ def test_config_searches_fl_data_root_then_debian(
 ) -> None:
     from hydra import compose, initialize_config_dir
 
-    from fl_system.compose import CONF_DIR
-    from fl_system.experiment import load_dataset
+    from fl_system.config.compose import CONF_DIR
+    from fl_system.data.configured import load_dataset
 
     monkeypatch.setenv("FL_DATA_ROOT", str(tmp_path / "mine"))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_system import startup
+from fl_system.runtime import startup
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +28,7 @@ def test_the_first_run_counts_from_fl_run_s_start(monkeypatch: pytest.MonkeyPatc
 def test_what_a_process_did_before_it_exec_d_fl_run_is_not_counted() -> None:
     """`( sleep 2; exec fl-run ... )` and an install chained before fl-run keep the process
     (its start time in /proc) that exec's fl-run: the clock starts with fl-run's own code."""
-    clock = "import fl_system.startup as s; s.begin(); print(s.elapsed())"
+    clock = "import fl_system.runtime.startup as s; s.begin(); print(s.elapsed())"
     shell = f"sleep 2; exec {sys.executable} -c '{clock}'"
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
     assert 0 < float(done.stdout) < 1.0, done.stdout

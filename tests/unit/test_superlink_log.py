@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from fl_system import superlink
+from fl_system.runtime import superlink
 
 
 def _record(message: str) -> logging.LogRecord:

@@ -11,10 +11,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
-from fl_system.results import write_table
-from fl_system.system import from_config, traces
-from fl_system.system.clock import Profile
-from fl_system.validation import ConfigError, check_values
+from fl_system.config.validation import check_values
+from fl_system.heterogeneity import from_config, traces
+from fl_system.heterogeneity.clock import Profile
+from fl_system.records.results import write_table
+from fl_system.settings.value_checks import ConfigError
 
 
 def _cfg(*overrides: str):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_system.aggregation import normalized_or_uniform
 from fl_system.algorithms.taco import (
     correction_per_step,
     record_strikes,
     tailored_coefficients,
 )
+from fl_system.learning.aggregation import normalized_or_uniform
 
 HAND = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]])
 

@@ -14,14 +14,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from fl_system import tracking
-from fl_system.compose import CONF_DIR, compose_experiment
-from fl_system.run_log import RunLog, say, warning_line
-from fl_system.tracking import record
-from fl_system.tracking.base import RunInfo, Tracker, round_metrics, summary_scalars
-from fl_system.tracking.receiver import Receiver
-from fl_system.tracking.session import end_left_open
-from fl_system.value_checks import ConfigError
+from fl_system.config.compose import CONF_DIR, compose_experiment
+from fl_system.records import tracking
+from fl_system.records.run_log import RunLog, say, warning_line
+from fl_system.records.tracking import record
+from fl_system.records.tracking.base import RunInfo, Tracker, round_metrics, summary_scalars
+from fl_system.records.tracking.receiver import Receiver
+from fl_system.records.tracking.session import end_left_open
+from fl_system.settings.value_checks import ConfigError
 
 CALLS: list[tuple[str, str, Any]] = []  # (tracker, call, argument) of the fake trackers
 

@@ -4,9 +4,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from fl_system.cli import CONF_DIR
-from fl_system.experiment import build_strategy
-from fl_system.robust import CoordinateMedian
-from fl_system.validation import ConfigError, check_values
+from fl_system.config.experiment import build_strategy
+from fl_system.config.validation import check_values
+from fl_system.learning.robust import CoordinateMedian
+from fl_system.settings.value_checks import ConfigError
 
 
 def _cfg(*overrides: str):

@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-from fl_system import protocol
-from fl_system.system import SystemModel
-from fl_system.system.availability import Availability, Sessions, drawn_sessions
-from fl_system.system.clock import (
+from fl_system.heterogeneity import SystemModel
+from fl_system.heterogeneity.availability import Availability, Sessions, drawn_sessions
+from fl_system.heterogeneity.clock import (
     Profile,
     client_seconds,
     first_finishers,
@@ -30,7 +29,8 @@ from fl_system.system.clock import (
     round_seconds,
     steps_within,
 )
-from fl_system.system.profiles import ProfileMix, Spread
+from fl_system.heterogeneity.profiles import ProfileMix, Spread
+from fl_system.messages import protocol
 from server_app.exchange import NodeMessages
 from server_app.rounds import RoundPlan
 from server_app.virtual_clock import VirtualClock

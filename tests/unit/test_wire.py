@@ -7,7 +7,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fl_system import wire
+from fl_system.messages import wire
 
 
 def _model_record() -> ArrayRecord:

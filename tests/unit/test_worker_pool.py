@@ -14,7 +14,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.client_app import ClientAppException
 
-from fl_system.launch.worker_pool import PoolBackend, WorkerPool, pool_size
+from fl_system.runtime.launch.worker_pool import PoolBackend, WorkerPool, pool_size
 
 app = ClientApp()
 

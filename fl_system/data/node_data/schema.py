@@ -25,7 +25,7 @@ from fl_system.data.node_data.npz import TEST_FILE
 from fl_system.data.node_data.tables import as_text, label_values, table_parts, type_name
 from fl_system.data.node_data.task import node_held
 from fl_system.data.node_dir import load_npz
-from fl_system.validation import ConfigError
+from fl_system.settings.value_checks import ConfigError
 
 MAX_CATEGORIES = 32  # a text column with more distinct values is not read as a category
 _NUMERIC = ("int", "bool", "float")  # widening order: an int column beside floats is float

@@ -16,7 +16,7 @@ import numpy as np
 
 from fl_system.data.node_data.streamed import Streamed
 from fl_system.data.node_data.task import Task
-from fl_system.pooled_metrics import pooled_moments
+from fl_system.learning.pooled_metrics import pooled_moments
 
 CHUNK = 4096  # records at a time: a large node's float64 copy of all of them is not held
 

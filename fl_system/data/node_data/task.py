@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from fl_system.validation import ConfigError
+from fl_system.settings.value_checks import ConfigError
 
 KINDS = ("images", "table", "hf", "npz")
 TASKS = ("classification", "regression")

@@ -1,0 +1,18 @@
+"""What this project relies on inside flwr that is not public API, each hook checked against
+the installed version: `flwr_hooks` (SuperNode, SuperLink, wire sizes), `flwr_engine` (the
+simulation engine), `flwr_tasks` (the ClientApp launcher's tasks)."""
+
+from __future__ import annotations
+
+
+class FlwrInternalsChanged(RuntimeError):
+    """The installed flwr no longer has what this project relies on."""
+
+
+def raise_if(problems: list[str]) -> None:
+    """FlwrInternalsChanged naming every problem found, if any."""
+    if problems:
+        raise FlwrInternalsChanged(
+            "the installed flwr differs from the 1.36 internals fl_system relies on: "
+            + "; ".join(problems)
+        )

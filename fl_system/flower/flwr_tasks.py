@@ -1,0 +1,279 @@
+"""What the ClientApp launcher relies on inside flwr 1.36 that is not public API.
+
+The launcher claims tasks with Flower's Runtime API client and exec plugins, runs each app in
+a forked child with Flower's own ClientApp or ServerApp runtime, installs each FAB once per
+machine and hash, and answers for a ClientApp killed by a signal at once. `problems()` names
+what moved in an installed flwr; `runtime.flwr_check.check()` (which the node, the launcher and the
+simulation call at start-up, and a unit test calls) includes it.
+"""
+
+from __future__ import annotations
+
+import compileall
+import contextlib
+import fcntl
+import hashlib
+import inspect
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from queue import Queue
+
+import flwr.cli.install as flwr_install
+import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
+from flwr.common.constant import SubStatus
+from flwr.proto.runtime_pb2 import (
+    ClaimTaskRequest,
+    PullPendingTasksRequest,
+    PushTaskOutputRequest,
+)
+from flwr.supercore.interceptors import (
+    RuntimeTokenHttpInterceptor,
+    RuntimeVersionHttpInterceptor,
+)
+from flwr.supercore.logger import log as flwr_log
+from flwr.supercore.logger import mirror_output_to_queue, restore_output
+from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.retry.retry_invoker import RetryInvoker
+from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult
+from flwr.supercore.superexec.plugin.clientapp_exec_plugin import ClientAppExecPlugin
+from flwr.supercore.superexec.plugin.serverapp_exec_plugin import ServerAppExecPlugin
+from flwr.supercore.utils import get_flwr_home
+from flwr.superlink.runtime import run_serverapp as flwr_run_serverapp
+from flwr.supernode.nodestate import InMemoryNodeState
+
+CLAIM_RETRY_SECONDS = 10.0  # a Runtime API that does not answer this long is taken as gone
+
+
+def problems() -> list[str]:
+    """What the launcher needs that the installed flwr no longer has, one line each."""
+    found: list[str] = []
+    if getattr(flwr_run_clientapp, "install_from_fab", None) is not flwr_install.install_from_fab:
+        found.append("run_clientapp no longer installs FABs through install_from_fab")
+    expected = {"runtime_api_address", "token", "insecure", "certificates", "parent_pid"}
+    for name, run in (("run_clientapp", flwr_run_clientapp.run_clientapp),
+                      ("run_serverapp", flwr_run_serverapp)):  # fmt: skip
+        params = set(inspect.signature(run).parameters)
+        if not expected <= params:
+            found.append(f"{name} lacks parameters {sorted(expected - params)}")
+    spec_fields = {"runtime_api_address", "token", "insecure", "parent_pid", "task_id"}
+    if not spec_fields <= set(ExecutionSpec.__dataclass_fields__):
+        found.append("ExecutionSpec changed its fields")
+    for name in ("PullPendingTasks", "ClaimTask", "PushTaskOutput"):
+        if not hasattr(RuntimeHttpClient, name):
+            found.append(f"RuntimeHttpClient has no {name}")
+    return found + _killed_task_problems()
+
+
+class _Collect:
+    """Flower's Executor protocol: remembers specs instead of starting processes."""
+
+    def __init__(self) -> None:
+        self.specs: list[ExecutionSpec] = []
+
+    def wait_for_capacity(self) -> None:
+        return None
+
+    def launch(self, spec: ExecutionSpec) -> LaunchResult:
+        self.specs.append(spec)
+        return LaunchResult.accepted()
+
+
+class TaskClaimer:
+    """Claims pending app tasks through a Runtime API: a SuperNode's ClientApp tasks, or
+    (`serverapp=True`) a SuperLink's ServerApp tasks."""
+
+    def __init__(self, runtime_api_address: str, *, serverapp: bool = False) -> None:
+        self.serverapp = serverapp
+        self.client = RuntimeHttpClient.from_server_address(
+            server_address=runtime_api_address,
+            insecure=True,
+            root_certificates=None,
+            interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
+            retry_invoker=_bounded(make_simple_http_retry_invoker()),
+        )
+        self.collect = _Collect()
+        plugin = ServerAppExecPlugin if serverapp else ClientAppExecPlugin
+        self.plugin = plugin(
+            runtime_api_address=runtime_api_address,
+            insecure=True,
+            root_certificates_path=None,
+            runtime_dependency_install=False,
+            executor=self.collect,
+        )
+
+    def claim_pending(self) -> Iterator[ExecutionSpec]:
+        """Every task pending now, claimed; Flower's plugin builds each one's spec."""
+        while True:
+            pending = self.client.PullPendingTasks(request=PullPendingTasksRequest()).tasks
+            task = self.plugin.select_task(pending) if pending else None
+            if task is None:
+                return
+            token = self.client.ClaimTask(ClaimTaskRequest(task_id=task.task_id)).token
+            if not token:  # another launcher took it
+                continue
+            self.collect.specs.clear()
+            self.plugin.launch_task(token=token, task=task)
+            yield from self.collect.specs
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _bounded(invoker: RetryInvoker) -> RetryInvoker:
+    """Flower's HTTP retries, given up after CLAIM_RETRY_SECONDS: Flower's own retry for
+    ever (max_time None), so a launcher whose node vanished mid-call never came back to
+    notice it was gone."""
+    invoker.max_time = CLAIM_RETRY_SECONDS
+    return invoker
+
+
+KILLED = "ClientApp process killed"  # how the launcher's report on a dead child begins
+
+
+def report_killed(spec: ExecutionSpec, how: str) -> bool:
+    """Finish a task whose ClientApp was killed (it pushed nothing), with its token, so that
+    its node replies with an error at once (`reply_at_once_when_killed`); False if the node
+    could not be told (it is gone too)."""
+    retry = make_simple_http_retry_invoker()
+    retry.max_tries = 1  # a node that does not answer at once is gone
+    client = RuntimeHttpClient.from_server_address(
+        server_address=spec.runtime_api_address,
+        insecure=True,
+        root_certificates=None,
+        interceptors=[
+            RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+            RuntimeTokenHttpInterceptor(spec.token),
+        ],
+        retry_invoker=retry,
+    )
+    request = PushTaskOutputRequest(sub_status=SubStatus.FAILED, details=f"{KILLED} by {how}")
+    try:
+        client.PushTaskOutput(request)
+        return True
+    except Exception:  # the node is gone or refused: Flower's token expiry remains
+        return False
+    finally:
+        client.close()
+
+
+def _killed_task_problems() -> list[str]:
+    found = [
+        f"InMemoryNodeState has no {name}"
+        for name in ("finish_task", "_store_error_replies")
+        if not hasattr(InMemoryNodeState, name)
+    ]
+    if "CLIENT_APP_CRASHED" not in inspect.getsource(InMemoryNodeState._store_error_replies):
+        found.append("InMemoryNodeState._store_error_replies no longer replies CLIENT_APP_CRASHED")
+    return found
+
+
+def reply_at_once_when_killed() -> None:
+    """In the SuperNode: a task finished with the launcher's KILLED report gets the error
+    reply Flower gives when a task's token expires (CLIENT_APP_CRASHED), now instead of
+    ~60 s later, unless a reply to its message is already stored."""
+    finish = InMemoryNodeState.finish_task
+
+    def finish_task(self: InMemoryNodeState, task_id: int, sub_status: str, details: str) -> bool:
+        with self.lock_task_store:
+            task = self.task_store.get(task_id)
+        finished = finish(self, task_id, sub_status, details)
+        if finished and task is not None and details.startswith(KILLED):
+            with self.lock_msg_store:
+                entries = list(self.msg_store.values())
+            answered = {e.message.metadata.reply_to_message_id for e in entries}
+            if any(
+                e.is_retrieved
+                and e.message.metadata.run_id == task.run_id
+                and e.message.metadata.message_id not in answered
+                for e in entries
+            ):
+                self._store_error_replies({task.run_id})
+        return finished
+
+    InMemoryNodeState.finish_task = finish_task  # type: ignore[method-assign]
+
+
+def run_serverapp(spec: ExecutionSpec) -> None:
+    """Flower's ServerApp runtime for one claimed task, as `flwr-serverapp` runs it: its
+    output mirrored to the queue that ships it to the SuperLink (`flwr run --stream`)."""
+    log_queue: Queue[str | None] = Queue()
+    mirror_output_to_queue(log_queue)
+    flwr_log(logging.INFO, "Start `flwr-serverapp` process")
+    try:
+        flwr_run_serverapp(
+            runtime_api_address=spec.runtime_api_address,
+            log_queue=log_queue,
+            token=spec.token,
+            insecure=spec.insecure,
+            certificates=None,
+            parent_pid=spec.parent_pid,
+            runtime_dependency_install=False,
+        )
+    finally:
+        restore_output()
+
+
+def run_clientapp(spec: ExecutionSpec) -> None:
+    """Flower's ClientApp runtime for one claimed task (ends with Flower's SystemExit)."""
+    flwr_run_clientapp.run_clientapp(
+        runtime_api_address=spec.runtime_api_address,
+        token=spec.token,
+        insecure=spec.insecure,
+        certificates=None,
+        parent_pid=spec.parent_pid,
+        runtime_dependency_install=False,
+    )
+
+
+def install_fab_cache() -> None:
+    """Install (and byte-compile) each FAB once per FLWR_HOME and hash; ClientApps reuse it.
+
+    Flower unzips and re-verifies the FAB for every message, and two ClientApps installing
+    the same FAB at once can see a half-copied directory. A lock and a marker written after
+    a complete install fix both.
+    """
+    install = flwr_install.install_from_fab
+
+    def cached(fab_file: Path | bytes, install_dir: Path | None = None, **kwargs: object) -> Path:
+        content = fab_file if isinstance(fab_file, bytes) else Path(fab_file).read_bytes()
+        marker = (
+            (install_dir or get_flwr_home())
+            / "apps"
+            / (f".installed-{hashlib.sha256(content).hexdigest()}")
+        )
+        if (path := _installed(marker)) is not None:
+            return path
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(marker.with_suffix(".lock")):
+            if (path := _installed(marker)) is not None:
+                return path
+            path = install(fab_file, install_dir, **kwargs)
+            # Bytecode once here, so ClientApps load it (even with PYTHONDONTWRITEBYTECODE set).
+            compileall.compile_dir(str(path), quiet=1)
+            tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(str(path))
+            os.replace(tmp, marker)
+            return path
+
+    flwr_run_clientapp.install_from_fab = cached
+
+
+def _installed(marker: Path) -> Path | None:
+    with contextlib.suppress(OSError):
+        path = Path(marker.read_text())
+        if path.is_dir():
+            return path
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,68 @@
+"""Each client's device and network, drawn once from seeded distributions.
+
+Speeds are lognormal around a median (ln x ~ N(ln median, sigma); sigma = 0 gives everyone the
+median): device throughput in GFLOP/s, uplink and downlink in Mbit/s. A client's draws come
+from (seed, partition) alone, so its profile is the same whatever the number of clients, in
+every algorithm of a comparison and after a resume. Seconds per sample = the model's training
+FLOPs per sample (forward and backward, counted once with torch's FLOP counter) / the
+device's FLOP/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fl_system.heterogeneity.clock import Profile, megabits
+from fl_system.learning.seeding import derive_seed
+
+_PROFILE_SALT = 0x0DE5  # separates profile draws from the other seeds of a client
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A lognormal distribution by its median and the sigma of its log."""
+
+    median: float
+    sigma: float
+
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(self.median * np.exp(self.sigma * rng.standard_normal()))
+
+
+@dataclass(frozen=True)
+class ProfileMix:
+    """The distributions clients are drawn from."""
+
+    gflops: Spread
+    uplink_mbps: Spread
+    downlink_mbps: Spread
+    latency_ms: float
+
+    def draw(self, seed: int, partition: int, flops_per_sample: float) -> Profile:
+        rng = np.random.default_rng(derive_seed(seed, partition, _PROFILE_SALT))
+        spreads = (self.gflops, self.uplink_mbps, self.downlink_mbps)
+        gflops, up, down = (d.draw(rng) for d in spreads)
+        return Profile(
+            seconds_per_sample=flops_per_sample / (gflops * 1e9),
+            up_bytes_per_second=megabits(up),
+            down_bytes_per_second=megabits(down),
+            latency=self.latency_ms / 1e3,
+        )
+
+
+def training_flops_per_sample(model: object, input_shape: Sequence[int]) -> float:
+    """FLOPs of one training step on one sample: forward, loss and backward."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    assert isinstance(model, torch.nn.Module)
+    x = torch.zeros((2, *input_shape))  # two samples: BatchNorm-style layers need a batch
+    counter = FlopCounterMode(display=False)
+    with counter:
+        out = model(x)
+        out.float().sum().backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / 2

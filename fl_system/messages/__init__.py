@@ -1,0 +1,1 @@
+"""What the server and client halves send each other: record names and how models travel."""

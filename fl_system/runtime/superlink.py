@@ -1,0 +1,54 @@
+"""`fl-superlink`: Flower's SuperLink, taking `flower-superlink`'s arguments, that accepts
+SuperNode heartbeats down to 1 s apart (Flower: 10), so that a killed SuperNode is noticed
+within seconds (see `flwr_hooks.set_node_heartbeat`).
+
+Its log leaves out the lines Flower writes for every poll and every reply of every node
+(several a second, which buried everything else in `docker compose logs`), unless
+FL_LOG_LEVEL=debug; FL_LOG_LEVEL=warning keeps warnings and errors only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+LOG_ENV = "FL_LOG_LEVEL"
+LOG_LEVELS = ("debug", "info", "warning")
+PER_NODE_LINES = ("[Fleet.PullMessages]", "[Fleet.PushMessages]")  # each poll, each reply
+
+
+def quiet_polls(record: logging.LogRecord) -> bool:
+    """A logging filter: False for Flower's lines about one node's poll or reply."""
+    return not str(record.msg).startswith(PER_NODE_LINES)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    level = os.environ.get(LOG_ENV, "info").lower()
+    if level not in LOG_LEVELS:
+        print(
+            f"fl-superlink: error: {LOG_ENV} must be one of {', '.join(LOG_LEVELS)}, got {level!r}",
+            file=sys.stderr,
+        )
+        return 2
+    from flwr.supercore.logger import update_console_handler
+
+    from fl_system.flower import FlwrInternalsChanged, flwr_hooks
+    from fl_system.runtime import flwr_check
+
+    update_console_handler(level=level.upper())
+    if level != "debug":
+        logging.getLogger("flwr").addFilter(quiet_polls)
+
+    try:
+        flwr_check.check()
+    except FlwrInternalsChanged as err:
+        print(f"fl-superlink: error: {err}", file=sys.stderr, flush=True)
+        return 2
+    flwr_hooks.run_superlink(list(sys.argv[1:] if argv is None else argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
