@@ -29,14 +29,13 @@ from flwr.app import (
 )
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log as flwr_log
-from omegaconf import OmegaConf
 from torch import nn
 
 from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model
 from client_app.handshake import handshake_reply
-from client_app.hostile import freeloader_reply, tampered_reply
+from client_app.hostile import freeloader_reply, is_freeloader, is_malicious, tampered_reply
 from client_app.incoming import (
     STATE,
     Incoming,
@@ -226,10 +225,9 @@ def _train_through_mods(msg: Message, context: Context, sources: Sources) -> Mes
 def _train(msg: Message, context: Context, sources: Sources) -> Message:
     got = open_message(msg, context, sources)
     cfg, node = got.cfg, got.node
-    freeloading = node.partition_id in OmegaConf.select(cfg, "clients.freeloaders.ids", default=[])
-    metrics, extras = freeloader_reply(got) if freeloading else _train_locally(got)
+    metrics, extras = freeloader_reply(got) if is_freeloader(got) else _train_locally(got)
     compression = compression_for(got.config_json)
-    if node.partition_id in OmegaConf.select(cfg, "clients.malicious.ids", default=[]):
+    if is_malicious(got):
         content = tampered_reply(got, metrics)
     elif compression is None:
         content = RecordDict(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from omegaconf import OmegaConf
 
 from client_app.incoming import Incoming
 from client_app.trainer import TrainSettings, batches
@@ -19,6 +20,16 @@ from fl_system.messages import protocol
 
 _FREELOADER_SEED = 0xF4EE  # a noise freeloader's draws
 _FREELOADER_STATE = "freeloader-last-global"  # ClientState: the global model received last
+
+
+def is_freeloader(got: Incoming) -> bool:
+    """Whether the study plays this client as a freeloader (`clients.freeloaders.ids`)."""
+    return got.node.partition_id in OmegaConf.select(got.cfg, "clients.freeloaders.ids", default=[])
+
+
+def is_malicious(got: Incoming) -> bool:
+    """Whether the study plays this client as malicious (`clients.malicious.ids`)."""
+    return got.node.partition_id in OmegaConf.select(got.cfg, "clients.malicious.ids", default=[])
 
 
 def freeloader_reply(got: Incoming) -> tuple[MetricRecord, RecordDict]:

@@ -18,7 +18,6 @@ from flwr.app import Array, ArrayRecord, Message, RecordDict
 from fl_system.learning.codecs import CodecError
 from fl_system.learning.compression import Compression, array_blob, is_compressed
 from fl_system.messages import protocol
-from server_app.rejection import rejected
 
 
 @dataclass
@@ -51,7 +50,7 @@ def expand_replies(
             blob = array_blob(reply.content.array_records[protocol.UPDATE][protocol.BLOB])
             arrays, shapes = _whole_model(compression, reference, reply.content, blob)
         except (CodecError, KeyError, ValueError) as err:
-            reply.content = rejected(reply.content, f"compressed update rejected: {err}")
+            reply.content = protocol.rejected(reply.content, f"compressed update rejected: {err}")
             continue
         reply.content[protocol.ARRAYS] = arrays
         del reply.content[protocol.UPDATE]

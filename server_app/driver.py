@@ -41,10 +41,10 @@ from fl_system.records.run_dir import RunPaths
 from fl_system.records.tracking import chosen
 from fl_system.records.tracking.base import FAILED
 from fl_system.records.tracking.session import TrackedRun
+from server_app.federated.strategy import FederatedStrategy
 from server_app.federation import Federation
 from server_app.privacy import Privacy
 from server_app.rounds import NodeRefused, RoundRecord, RunFailed, grouped_reasons
-from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from omegaconf import DictConfig
 from fl_system import privacy
 from fl_system.privacy import noise, published
 from fl_system.records import run_log
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundRecord
-from server_app.strategies.base import FederatedStrategy
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,6 @@ from fl_system.heterogeneity.clock import (
 from fl_system.learning.compression import Compression
 from fl_system.messages import protocol
 from server_app.exchange import NodeMessages
-from server_app.rejection import rejected
 from server_app.rounds import RoundPlan, RunFailed
 
 log = logging.getLogger(__name__)
@@ -185,7 +184,7 @@ class VirtualClock:
             opened.finish[pid] = t
             reason = self._refusal(pid, t)
             if reason is not None:
-                reply.content = rejected(reply.content, reason)
+                reply.content = protocol.rejected(reply.content, reason)
             else:
                 finished[pid] = reply
         if messages:

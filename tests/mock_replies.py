@@ -16,8 +16,8 @@ from flwr.app import (
 )
 
 from fl_system.messages import protocol
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import Exchange, RoundPlan, RoundResult
-from server_app.strategies.base import FederatedStrategy
 
 
 def reply(

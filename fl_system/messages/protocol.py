@@ -7,6 +7,8 @@ both of its halves import, so the two cannot drift apart.
 
 from __future__ import annotations
 
+from flwr.app import ConfigRecord, RecordDict
+
 # Records inside a message's RecordDict.
 ARRAYS = "arrays"  # ArrayRecord: model weights (down: global, up: local)
 CONFIG = "config"  # ConfigRecord: per-message settings
@@ -89,3 +91,12 @@ TURN_AWAY_ACTION = "turn_away"
 TURN_AWAY = f"query.{TURN_AWAY_ACTION}"
 REASON = "reason"
 TURNED_AWAY_LOG = "fl_system: turned away by the server:"
+
+
+def rejected(content: RecordDict, reason: str) -> RecordDict:
+    """A reply the server will not use: its metrics, and why (the strategy's screening,
+    `server_app.federated.screening.unpack_replies`, counts it as a failure with that reason)."""
+    out = RecordDict({REJECTED: ConfigRecord({REASON: reason})})
+    if METRICS in content.metric_records:
+        out[METRICS] = content.metric_records[METRICS]
+    return out

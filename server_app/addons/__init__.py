@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from flwr.app import MetricRecord
 
+from server_app.federated.replies import ClientReply
 from server_app.rounds import PlanSteps, RoundPlan, Scalar, no_exchange
-from server_app.strategies.replies import ClientReply
 
 
 class ServerAddon:

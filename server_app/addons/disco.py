@@ -27,7 +27,7 @@ from fl_system.addons.disco import (
     normalization_for,
 )
 from server_app.addons import ServerAddon
-from server_app.strategies.replies import ClientReply
+from server_app.federated.replies import ClientReply
 
 log = logging.getLogger(__name__)
 

@@ -38,11 +38,12 @@ from fl_system.algorithms.efl import (
 )
 from fl_system.learning.codecs import CodecError
 from fl_system.messages import protocol
+from server_app.federated.experiment_binding import Common
+from server_app.federated.layer_state import LayerState, float_layers
+from server_app.federated.replies import ClientReply, reply_mean
+from server_app.federated.state import StrategyState
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.experiment_binding import Common
-from server_app.strategies.layer_state import LayerState, float_layers
-from server_app.strategies.replies import reply_mean
 
 log = logging.getLogger(__name__)
 

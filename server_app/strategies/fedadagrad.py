@@ -12,7 +12,7 @@ from typing import Unpack
 
 from flwr.serverapp.strategy import FedAdagrad as FlowerFedAdagrad
 
-from server_app.strategies.experiment_binding import Common
+from server_app.federated.experiment_binding import Common
 from server_app.strategies.fedopt import FedOpt, checked
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from server_app.federated.replies import ClientReply
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy
 
 
 class FedAvg(FederatedStrategy):

@@ -35,11 +35,12 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from fl_system.learning.aggregation import weighted_average
 from fl_system.messages import protocol
 from server_app.addons import ServerAddon
+from server_app.federated.experiment_binding import Common
+from server_app.federated.replies import ClientReply, arrays_like
+from server_app.federated.state import StrategyState
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan, RoundResult, RoundSteps
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.experiment_binding import Common
 from server_app.strategies.fedcat_math import ChainSchedule, copies_average, cycle_position
-from server_app.strategies.replies import arrays_like
 
 log = logging.getLogger(__name__)
 

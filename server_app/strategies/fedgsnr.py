@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Unpack
 
-from server_app.strategies.experiment_binding import Common
+from server_app.federated.experiment_binding import Common
 from server_app.strategies.fedavg import FedAvg
 
 

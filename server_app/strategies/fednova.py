@@ -21,8 +21,9 @@ import numpy as np
 
 from fl_system.messages import protocol
 from server_app.addons import StepSchedule
+from server_app.federated.replies import ClientReply
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy
 from server_app.strategies.fednova_math import fednova_coefficients, fednova_update
 
 

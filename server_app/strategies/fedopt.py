@@ -39,9 +39,11 @@ from flwr.serverapp.strategy.fedopt import FedOpt as FlowerFedOpt
 from omegaconf import OmegaConf
 
 from fl_system.settings.value_checks import Rule, non_negative_number, refusal
+from server_app.federated.experiment_binding import Common
+from server_app.federated.replies import ClientReply
+from server_app.federated.state import StrategyState
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.experiment_binding import Common
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,10 @@ import numpy as np
 
 from fl_system.learning.aggregation import cosines_to_mean, normalized_or_uniform
 from server_app.addons import ServerAddon, StepSchedule
+from server_app.federated.layer_state import flat_uploads
+from server_app.federated.replies import ClientReply
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy
-from server_app.strategies.layer_state import flat_uploads
 
 log = logging.getLogger(__name__)
 

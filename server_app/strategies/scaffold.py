@@ -24,10 +24,10 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
+from server_app.federated.experiment_binding import Common
+from server_app.federated.layer_state import LayerState, ServerVectorStrategy
+from server_app.federated.replies import ClientReply
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply
-from server_app.strategies.experiment_binding import Common
-from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from flwr.app import ArrayRecord, RecordDict
 
 from fl_system.algorithms.stem import STEM_MOMENTUM
 from fl_system.learning.aggregation import weighted_average
+from server_app.federated.experiment_binding import Common
+from server_app.federated.layer_state import LayerState, ServerVectorStrategy
+from server_app.federated.replies import ClientReply
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply
-from server_app.strategies.experiment_binding import Common
-from server_app.strategies.layer_state import LayerState, ServerVectorStrategy
 
 log = logging.getLogger(__name__)
 

@@ -49,10 +49,12 @@ from fl_system.algorithms.taco import (
 from fl_system.learning.aggregation import normalized_or_uniform
 from fl_system.messages import protocol
 from server_app.addons import ServerAddon, StepSchedule
+from server_app.federated.experiment_binding import Common
+from server_app.federated.layer_state import LayerState, flat_uploads, float_layers
+from server_app.federated.replies import ClientReply
+from server_app.federated.state import StrategyState
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
-from server_app.strategies.experiment_binding import Common
-from server_app.strategies.layer_state import LayerState, flat_uploads, float_layers
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from fl_system.learning.compression import Compression, array_blob, blob_array
 from fl_system.learning.golomb import encode_positions
 from fl_system.messages import protocol
 from server_app.compression import expand_replies
+from server_app.federated.screening import unpack_replies
 from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.replies import unpack_replies
 from tests.mock_replies import plan
 
 RNG = np.random.default_rng(0)

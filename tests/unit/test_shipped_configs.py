@@ -23,7 +23,7 @@ from fl_system.data.node_data import KINDS, Task
 from fl_system.data.partitions import Partitioner
 from fl_system.learning.own_model import build_model
 from fl_system.settings.config_nodes import build
-from server_app.strategies.base import FederatedStrategy
+from server_app.federated.strategy import FederatedStrategy
 
 
 def _options(group: str) -> list[str]:

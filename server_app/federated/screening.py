@@ -1,28 +1,28 @@
-"""Replies unpacked: usable ones with their numbers, the others with the reason."""
+"""Reply screening, in one home: what makes a training reply unusable before aggregation.
+
+A reply is unpacked (`unpack_replies`: a failure, a rejection by its client, a model whose
+layout differs from the global one, a missing or bad identity), screened against the round's
+medians (`screen_replies`: an update norm or a claimed example count far above them, the
+`aggregation.norm_ratio` / `examples_ratio` guards, `fl_system.learning.screening`), then
+`reject`ed by the algorithm. The server's own reading of a reply (decompression, the virtual
+clock's deadline) marks one it cannot use with `protocol.rejected`.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Message, MetricRecord
 
+from fl_system.learning.robust import update_norm
 from fl_system.learning.screening import above_median
 from fl_system.messages import protocol
-from server_app.rounds import ClientFailure
+from server_app.federated.replies import ClientReply
+from server_app.rounds import ClientFailure, RoundPlan
 
-
-@dataclass(frozen=True)
-class ClientReply:
-    """One successful training reply, unpacked."""
-
-    node_id: int
-    partition_id: int
-    num_examples: int
-    arrays: list[np.ndarray]
-    metrics: MetricRecord
-    content: RecordDict
+log = logging.getLogger(__name__)
 
 
 def layout_problem(expected: ArrayRecord, got: ArrayRecord) -> str | None:
@@ -142,13 +142,6 @@ def unpack_replies(
     return ok, failed
 
 
-def arrays_like(template: ArrayRecord, values: list[np.ndarray]) -> ArrayRecord:
-    """An ArrayRecord with the template's keys (layer names) and the given values."""
-    if not template:
-        return ArrayRecord.from_numpy_ndarrays(values)
-    return ArrayRecord({k: Array(v) for k, v in zip(template.keys(), values, strict=True)})
-
-
 def screen_replies(
     replies: Sequence[ClientReply],
     norms: Sequence[float],
@@ -181,9 +174,62 @@ def screen_replies(
     return kept, failures
 
 
-def reply_mean(replies: list[ClientReply], key: str) -> float:
-    """The data-size-weighted mean of a reply metric over the replies that carry it (NaN if
-    none does)."""
-    pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
-    total = sum(n for n, _ in pairs)
-    return sum(n * v for n, v in pairs) / total if total else float("nan")
+class ReplyScreening:
+    """The strategy's side of screening: its guards' ratios (`norm_ratio`, `examples_ratio`)
+    and the model each reply started from; an algorithm refuses a well-formed reply in
+    `reject`."""
+
+    norm_ratio: float | None
+    examples_ratio: float | None
+    _numpy_cache: tuple[ArrayRecord, list[np.ndarray]] | None = None  # plan.arrays as numpy
+
+    def usable(
+        self, plan: RoundPlan, replies: Sequence[Message]
+    ) -> tuple[list[ClientReply], list[float], list[ClientFailure]]:
+        """The replies the rule can aggregate, with their update norms, and the failures (each
+        logged with its reason): unpacked, screened against the round's medians, then
+        `reject`ed by the algorithm."""
+        unpacked, failures = unpack_replies(replies, plan.arrays)
+        ok, norms = [], []
+        for reply, norm in self.screen(plan, unpacked, failures):
+            problem = self.reject(reply)
+            if problem is None:
+                ok.append(reply)
+                norms.append(norm)
+            else:
+                failures.append(ClientFailure(reply.node_id, problem))
+        for failure in failures:
+            partition = plan.nodes.get(failure.node_id)
+            held = "" if partition is None else f" (partition {partition})"
+            log.warning(
+                "round %d: node %d%s dropped: %s", plan.round, failure.node_id, held, failure.reason
+            )
+        return ok, norms, failures
+
+    def screen(
+        self, plan: RoundPlan, replies: list[ClientReply], failures: list[ClientFailure]
+    ) -> list[tuple[ClientReply, float]]:
+        """The replies whose update norm and claimed example count are within
+        aggregation.norm_ratio / examples_ratio x the round's median, with their update norms;
+        the others go to `failures` with the figures."""
+        norms = [update_norm(r.arrays, self.reference(plan, r.partition_id, r)) for r in replies]
+        kept, refused = screen_replies(replies, norms, self.norm_ratio, self.examples_ratio)
+        failures.extend(refused)
+        return kept
+
+    def reference(self, plan: RoundPlan, partition_id: int, reply: ClientReply) -> list[np.ndarray]:
+        """The model this partition started from (its update is its reply minus this); zeros
+        when the round sent no model (strategy tests on bare replies)."""
+        if not plan.arrays:
+            return [np.zeros_like(w) for w in reply.arrays]
+        return self.as_numpy(plan.arrays)
+
+    def as_numpy(self, arrays: ArrayRecord) -> list[np.ndarray]:
+        """`arrays` as numpy layers, converted once however many replies ask."""
+        if self._numpy_cache is None or self._numpy_cache[0] is not arrays:
+            self._numpy_cache = (arrays, arrays.to_numpy_ndarrays())
+        return self._numpy_cache[1]
+
+    def reject(self, reply: ClientReply) -> str | None:
+        """Why this algorithm cannot use a well-formed reply (None: it can)."""
+        return None

@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
+from server_app.federated.replies import ClientReply
+from server_app.federated.state import StrategyState
+from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundPlan
-from server_app.strategies.base import ClientReply, FederatedStrategy, StrategyState
 
 
 def float_layers(record: ArrayRecord) -> dict[str, np.ndarray]:

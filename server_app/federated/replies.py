@@ -1,0 +1,36 @@
+"""A training reply unpacked (`ClientReply`, made by `screening.unpack_replies`), and what is
+computed from a round's replies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """One successful training reply, unpacked."""
+
+    node_id: int
+    partition_id: int
+    num_examples: int
+    arrays: list[np.ndarray]
+    metrics: MetricRecord
+    content: RecordDict
+
+
+def arrays_like(template: ArrayRecord, values: list[np.ndarray]) -> ArrayRecord:
+    """An ArrayRecord with the template's keys (layer names) and the given values."""
+    if not template:
+        return ArrayRecord.from_numpy_ndarrays(values)
+    return ArrayRecord({k: Array(v) for k, v in zip(template.keys(), values, strict=True)})
+
+
+def reply_mean(replies: list[ClientReply], key: str) -> float:
+    """The data-size-weighted mean of a reply metric over the replies that carry it (NaN if
+    none does)."""
+    pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
+    total = sum(n for n, _ in pairs)
+    return sum(n * v for n, v in pairs) / total if total else float("nan")
