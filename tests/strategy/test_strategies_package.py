@@ -1,7 +1,9 @@
-"""server_app.strategies: one Flower Strategy per algorithm, listed in the README."""
+"""One name per algorithm: its YAML, its strategy (a Flower Strategy in server_app.strategies'
+index), its client rule, its files and the README agree."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -9,6 +11,7 @@ from flwr.serverapp.strategy import Strategy
 from omegaconf import OmegaConf
 
 import server_app.strategies as strategies
+from client_app.algorithms.base import LocalRule
 from fl_system.config.compose import CONF_DIR
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -42,3 +45,64 @@ def test_every_strategy_builds_with_plain_arguments_as_a_flower_strategy() -> No
         assert isinstance(built, Strategy), name
         assert built.experiment.dataset.name == "app" and built.experiment.model.name == "app"
         assert built.experiment.num_clients == 4, name
+
+
+ROOT = README.parent
+BORROWED = re.compile(r"((?:`\w+`(?:, | and ))*`\w+`) trains? as `(\w+)`")
+
+
+def _borrowed_in_readme() -> dict[str, str]:
+    """Step 2 of the README's checklist: algorithm -> the algorithm whose clients it trains as."""
+    text = README.read_text()
+    step = text[text.index("2. `client_app/algorithms/<name>.py`") :]
+    step = " ".join(step[: step.index("\n3. ")].split())
+    return {
+        name: owner
+        for names, owner in BORROWED.findall(step)
+        for name in re.findall(r"`(\w+)`", names)
+    }
+
+
+def test_one_name_per_algorithm_in_its_yaml_strategy_rule_and_the_readme() -> None:
+    """conf/algorithm/<name>.yaml says `name: <name>`, builds server_app.strategies.<name>'s
+    class (the one the index exports) and client_app.algorithms.<name>'s rule, or the rule of
+    the algorithm the README's checklist says it trains as; no rule file is nobody's; the
+    README's algorithm reference names each one."""
+    borrowed, own_rules = {}, set()
+    for path in sorted((CONF_DIR / "algorithm").glob("*.yaml")):
+        name, cfg = path.stem, OmegaConf.load(path)
+        assert cfg.name == name
+        module, cls = str(cfg.strategy._target_).rsplit(".", 1)
+        assert module == f"server_app.strategies.{name}"
+        assert getattr(strategies, cls) is getattr(importlib.import_module(module), cls)
+        rule_module, rule = str(cfg.local_rule._target_).rsplit(".", 1)
+        owner = rule_module.removeprefix("client_app.algorithms.")
+        assert issubclass(getattr(importlib.import_module(rule_module), rule), LocalRule), name
+        if owner == name:
+            own_rules.add(name)
+        else:
+            borrowed[name] = owner
+    assert borrowed == _borrowed_in_readme()
+    rule_files = {p.stem for p in (ROOT / "client_app" / "algorithms").glob("*.py")}
+    assert rule_files - {"__init__", "base"} == own_rules
+    text = README.read_text()
+    reference = text[text.index("## Algorithms") : text.index("## Cross-cutting features")]
+    unnamed = [
+        name
+        for name in _algorithms()
+        if f"`{name}`" not in reference and f"algorithm={name}" not in reference
+    ]
+    assert unnamed == []
+
+
+def test_shared_and_server_math_files_are_named_after_their_algorithm() -> None:
+    """fl_system/algorithms/<name>.py (what the halves share) and
+    server_app/strategies/<name>_math.py (math only the server uses) exist only for
+    algorithms; server_app/strategies/ holds one module per algorithm besides."""
+    names = set(_algorithms())
+    shared = {p.stem for p in (ROOT / "fl_system" / "algorithms").glob("*.py")} - {"__init__"}
+    assert shared <= names
+    modules = {p.stem for p in (ROOT / "server_app" / "strategies").glob("*.py")}
+    math = {m.removesuffix("_math") for m in modules if m.endswith("_math")}
+    assert math <= names
+    assert modules - {"__init__", "fedopt"} - {f"{m}_math" for m in math} == names
