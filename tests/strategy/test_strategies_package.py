@@ -48,12 +48,14 @@ def test_every_strategy_builds_with_plain_arguments_as_a_flower_strategy() -> No
 
 
 ROOT = README.parent
+ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 BORROWED = re.compile(r"((?:`\w+`(?:, | and ))*`\w+`) trains? as `(\w+)`")
 
 
-def _borrowed_in_readme() -> dict[str, str]:
-    """Step 2 of the README's checklist: algorithm -> the algorithm whose clients it trains as."""
-    text = README.read_text()
+def _borrowed_in_checklist() -> dict[str, str]:
+    """Step 2 of the checklist for adding an algorithm (ARCHITECTURE.md): algorithm -> the
+    algorithm whose clients it trains as."""
+    text = ARCHITECTURE.read_text()
     step = text[text.index("2. `client_app/algorithms/<name>.py`") :]
     step = " ".join(step[: step.index("\n3. ")].split())
     return {
@@ -66,7 +68,7 @@ def _borrowed_in_readme() -> dict[str, str]:
 def test_one_name_per_algorithm_in_its_yaml_strategy_rule_and_the_readme() -> None:
     """conf/algorithm/<name>.yaml says `name: <name>`, builds server_app.strategies.<name>'s
     class (the one the index exports) and client_app.algorithms.<name>'s rule, or the rule of
-    the algorithm the README's checklist says it trains as; no rule file is nobody's; the
+    the algorithm the checklist (ARCHITECTURE.md) says it trains as; no rule file is nobody's; the
     README's algorithm reference names each one."""
     borrowed, own_rules = {}, set()
     for path in sorted((CONF_DIR / "algorithm").glob("*.yaml")):
@@ -82,7 +84,7 @@ def test_one_name_per_algorithm_in_its_yaml_strategy_rule_and_the_readme() -> No
             own_rules.add(name)
         else:
             borrowed[name] = owner
-    assert borrowed == _borrowed_in_readme()
+    assert borrowed == _borrowed_in_checklist()
     rule_files = {p.stem for p in (ROOT / "client_app" / "algorithms").glob("*.py")}
     assert rule_files - {"__init__", "base"} == own_rules
     text = README.read_text()
