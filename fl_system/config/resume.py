@@ -20,9 +20,13 @@ from fl_system.records.checkpoint import CheckpointError
 
 Tree = Mapping[str, Any]
 
-# Modules a compared `_target_` may name that moved when fl_system was split into rooms: a
-# checkpoint written before names the same objects by their old paths.
+# Modules (and classes) a compared `_target_` may name that moved when fl_system was split
+# into rooms: a checkpoint written before names the same objects by their old paths.
 MOVED_MODULES = {
+    "fl_system.data.partitions.NonBalancePartition": (
+        "fl_system.data.label_imbalance.NonBalancePartition"
+    ),
+    "fl_system.data.partitions.ParetoPartition": "fl_system.data.label_imbalance.ParetoPartition",
     "fl_system.augment.": "fl_system.learning.augment.",
     "fl_system.codecs.": "fl_system.learning.codecs.",
     "fl_system.models.": "fl_system.learning.models.",

@@ -2,9 +2,10 @@
 
 Every node recomputes the whole split from (labels, num_partitions, seed) and keeps its own
 part, so `split` must be deterministic in those inputs. flwr-datasets partitioners are reused
-where they match the papers' recipes; FedDisco's NIID-2, FedGSNR's NonBalance and Pareto and
-the natural (per-user) split are written here. `datasets`/`flwr_datasets` are imported
-lazily: they are slow to import and most processes never need them.
+where they match the papers' recipes; FedDisco's NIID-2 and the natural (per-user) split are
+written here, FedGSNR's NonBalance and Pareto in `label_imbalance`. `datasets` and
+`flwr_datasets` are imported lazily: they are slow to import and most processes never need
+them.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ __all__ = [
     "LabelGroupsPartition",
     "NaturalPartition",
     "Niid2Partition",
-    "NonBalancePartition",
-    "ParetoPartition",
     "PartitionError",
     "Partitioner",
     "PathologicalPartition",
@@ -50,7 +49,7 @@ class Partitioner(Protocol):
     ) -> list[np.ndarray]: ...
 
 
-def _check(labels: np.ndarray, num_partitions: int) -> np.ndarray:
+def checked_labels(labels: np.ndarray, num_partitions: int) -> np.ndarray:
     """Validate the common inputs; return labels as a 1-D int64 array."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
@@ -62,7 +61,8 @@ def _check(labels: np.ndarray, num_partitions: int) -> np.ndarray:
     return labels.astype(np.int64, copy=False)
 
 
-def _sorted(parts: list[np.ndarray]) -> list[np.ndarray]:
+def sorted_parts(parts: list[np.ndarray]) -> list[np.ndarray]:
+    """Each part's indices, sorted, as int64: a split's canonical form."""
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
@@ -76,7 +76,7 @@ def _flwr_split(
     datasets.disable_progress_bars()
     ds = datasets.Dataset.from_dict({"label": labels[order], "index": order})
     partitioner.dataset = ds
-    return _sorted(
+    return sorted_parts(
         [partitioner.load_partition(i).with_format("numpy")["index"] for i in range(num_partitions)]
     )
 
@@ -94,7 +94,7 @@ class IidPartition:
     ) -> list[np.ndarray]:
         from flwr_datasets.partitioner import IidPartitioner
 
-        labels = _check(labels, num_partitions)
+        labels = checked_labels(labels, num_partitions)
         # IidPartitioner cuts contiguous shards and never shuffles, so we shuffle first;
         # otherwise label-sorted data would come out as a label-skewed split.
         order = np.random.default_rng(seed).permutation(len(labels))
@@ -122,7 +122,7 @@ class DirichletPartition:
     ) -> list[np.ndarray]:
         from flwr_datasets.partitioner import DirichletPartitioner
 
-        labels = _check(labels, num_partitions)
+        labels = checked_labels(labels, num_partitions)
         if not self.alpha > 0:
             raise PartitionError(f"dirichlet alpha must be > 0, got {self.alpha}")
         if isinstance(self.min_size, bool) or not isinstance(self.min_size, int):
@@ -178,7 +178,7 @@ class PathologicalPartition:
     ) -> list[np.ndarray]:
         from flwr_datasets.partitioner import PathologicalPartitioner
 
-        labels = _check(labels, num_partitions)
+        labels = checked_labels(labels, num_partitions)
         num_classes = len(np.unique(labels))
         if not 1 <= self.classes_per_client <= num_classes:
             raise PartitionError(
@@ -225,7 +225,7 @@ class Niid2Partition:
         seed: int,
         groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
-        labels = _check(labels, num_partitions)
+        labels = checked_labels(labels, num_partitions)
         k, k_u = num_partitions, self.num_unbiased
         k_b = k - k_u
         if not 0 <= k_u <= k:
@@ -256,111 +256,7 @@ class Niid2Partition:
         for j in range(k_u):
             lo = 5 * shard * (k_b // 5) + shard * j
             parts.append(np.concatenate([b[lo : lo + shard] for b in blocks]))
-        return _sorted(parts)
-
-
-def _deal_by_class(
-    labels: np.ndarray, holdings: list[np.ndarray], rng: np.random.Generator, scheme: str
-) -> list[np.ndarray]:
-    """Each sample of class c to a uniformly random client among those holding c.
-
-    Classes nobody holds are left out. Every client must end with at least one sample.
-    """
-    classes = np.unique(labels)
-    parts: list[list[np.ndarray]] = [[] for _ in holdings]
-    for cl in classes:
-        holders = [i for i, held in enumerate(holdings) if cl in held]
-        if not holders:
-            continue
-        idx = np.flatnonzero(labels == cl)
-        owner = rng.integers(0, len(holders), size=len(idx))
-        for j, client in enumerate(holders):
-            parts[client].append(idx[owner == j])
-    merged = [np.concatenate(p) if p else np.empty(0, np.int64) for p in parts]
-    empty = [i for i, p in enumerate(merged) if len(p) == 0]
-    if empty:
-        raise PartitionError(
-            f"{scheme} split of {len(labels)} samples into {len(holdings)} partitions left "
-            f"partitions {empty} without samples: too few samples per class"
-        )
-    return _sorted(merged)
-
-
-@dataclass(frozen=True, kw_only=True)
-class NonBalancePartition:
-    """FedGSNR's NonBalance (information imbalance, its Appendix D).
-
-    The first round(rich * K) clients (at least one, so every class is held) hold all C
-    labels, the next round(medium * K) a random round(medium_labels * C) labels each, the rest
-    a random round(poor_labels * C) labels each (at least one label). Each sample of class c
-    goes to a uniformly random client among those holding c, so all data is used.
-    """
-
-    rich: float = 0.1
-    medium: float = 0.4
-    medium_labels: float = 0.5
-    poor_labels: float = 0.2
-
-    def split(
-        self,
-        labels: np.ndarray,
-        num_partitions: int,
-        seed: int,
-        groups: np.ndarray | None = None,
-    ) -> list[np.ndarray]:
-        labels = _check(labels, num_partitions)
-        for name in ("rich", "medium", "medium_labels", "poor_labels"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise PartitionError(
-                    f"nonbalance {name} must be in [0, 1], got {getattr(self, name)}"
-                )
-        if self.rich + self.medium > 1:
-            raise PartitionError(
-                f"nonbalance rich + medium must be at most 1, got {self.rich + self.medium}"
-            )
-        classes = np.unique(labels)
-        c, k = len(classes), num_partitions
-        n_rich = max(1, round(self.rich * k))
-        n_medium = min(k - n_rich, round(self.medium * k))
-        rng = np.random.default_rng(seed)
-        n_poor = k - n_rich - n_medium
-        shares = [1.0] * n_rich + [self.medium_labels] * n_medium + [self.poor_labels] * n_poor
-        holdings = [
-            rng.choice(classes, size=max(1, round(share * c)), replace=False) for share in shares
-        ]
-        return _deal_by_class(labels, holdings, rng, "nonbalance")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ParetoPartition:
-    """FedGSNR's Pareto partition (its Appendix D): few clients hold many labels.
-
-    Draw x_i ~ Pareto(shape, x_min) for the K clients, normalise by the largest, give client i
-    max(1, round(x_i / max x * C)) random labels (the largest draw holds all C), then deal the
-    samples as NonBalance does.
-    """
-
-    shape: float = 1.16
-    x_min: float = 1.0
-
-    def split(
-        self,
-        labels: np.ndarray,
-        num_partitions: int,
-        seed: int,
-        groups: np.ndarray | None = None,
-    ) -> list[np.ndarray]:
-        labels = _check(labels, num_partitions)
-        if self.shape <= 0 or self.x_min <= 0:
-            raise PartitionError(
-                f"pareto shape and x_min must be > 0, got {self.shape} and {self.x_min}"
-            )
-        classes = np.unique(labels)
-        rng = np.random.default_rng(seed)
-        draws = (rng.pareto(self.shape, num_partitions) + 1) * self.x_min
-        counts = np.maximum(1, np.rint(draws / draws.max() * len(classes))).astype(int)
-        holdings = [rng.choice(classes, size=n, replace=False) for n in counts]
-        return _deal_by_class(labels, holdings, rng, "pareto")
+        return sorted_parts(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -391,7 +287,7 @@ class LabelGroupsPartition:
         seed: int,
         groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
-        labels = _check(labels, num_partitions)
+        labels = checked_labels(labels, num_partitions)
         shares = tuple(self.label_shares)
         if not shares or any(not 0 < share <= 1 for share in shares):
             raise PartitionError(f"label_groups label_shares must be in (0, 1], got {shares}")
@@ -416,7 +312,7 @@ class LabelGroupsPartition:
                 )
             for client, piece in zip(holders, np.array_split(idx, len(holders)), strict=True):
                 parts[client].append(piece)
-        return _sorted([np.concatenate(p) for p in parts])
+        return sorted_parts([np.concatenate(p) for p in parts])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -430,7 +326,7 @@ class NaturalPartition:
         seed: int,
         groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
-        labels = _check(labels, num_partitions)
+        labels = checked_labels(labels, num_partitions)
         if groups is None:
             raise PartitionError(
                 "natural partition needs groups (each sample's owner); this dataset has none"
@@ -444,4 +340,4 @@ class NaturalPartition:
                 f"natural partition has {len(owners)} groups but {num_partitions} partitions "
                 "were requested"
             )
-        return _sorted([np.flatnonzero(groups == g) for g in owners])
+        return sorted_parts([np.flatnonzero(groups == g) for g in owners])

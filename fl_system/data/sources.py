@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fl_system.data.arrays import DatasetArrays, check_labels, frozen
 from fl_system.data.dataset_cache import cached_arrays
 from fl_system.data.files import DataError, find_idx_file, read_cifar_batches, read_idx_pair
 from fl_system.data.locations import (
@@ -48,51 +49,14 @@ CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 _DOWNLOAD_HINT = "pass dataset.source.download=true on a machine that is online"
 
 
-@dataclass(frozen=True, eq=False)
-class DatasetArrays:
-    """A whole dataset in memory, already normalised."""
-
-    x_train: np.ndarray  # float32, (N, C, H, W) for images, (N, D) for vectors
-    y_train: np.ndarray  # int64, (N,)
-    x_test: np.ndarray
-    y_test: np.ndarray
-    num_classes: int
-    groups: np.ndarray | None = None  # natural owner of each train sample (synthetic only)
-
-    def __post_init__(self) -> None:
-        if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):
-            raise DataError(
-                f"x/y length mismatch: train {len(self.x_train)}/{len(self.y_train)}, "
-                f"test {len(self.x_test)}/{len(self.y_test)}"
-            )
-        if self.groups is not None and self.groups.shape != self.y_train.shape:
-            raise DataError(f"groups has shape {self.groups.shape}, expected {self.y_train.shape}")
-        _check_labels(self.y_train, self.num_classes, "y_train")
-        _check_labels(self.y_test, self.num_classes, "y_test")
-
-
-def _check_labels(y: np.ndarray, num_classes: int, where: str) -> None:
-    if len(y) and (y.min() < 0 or y.max() >= num_classes):
-        raise DataError(
-            f"{where}: labels span [{y.min()}, {y.max()}], expected [0, {num_classes - 1}]"
-        )
-
-
-def _freeze(data: DatasetArrays) -> DatasetArrays:
-    for a in (data.x_train, data.y_train, data.x_test, data.y_test, data.groups):
-        if a is not None:
-            a.flags.writeable = False
-    return data
-
-
 @functools.lru_cache(maxsize=4)  # bounded: a CIFAR copy is ~0.7 GB
 def _cached_load(source: _Source) -> DatasetArrays:
     identity = source.cache_identity()
     if identity is None:
-        return _freeze(source._read())
+        return frozen(source._read())
     arrays = cached_arrays({"dataset": identity}, lambda: _to_arrays(source._read()))
     groups = arrays.get("groups")
-    return _freeze(
+    return frozen(
         DatasetArrays(
             arrays["x_train"],
             arrays["y_train"],
@@ -302,8 +266,8 @@ class _IdxSource(_FileSource):
         raw = self._folder()
         x_tr, y_tr = read_idx_pair(raw, self._names[0], self._names[1])
         x_te, y_te = read_idx_pair(raw, self._names[2], self._names[3])
-        _check_labels(y_tr, 10, f"{raw} (train)")
-        _check_labels(y_te, 10, f"{raw} (test)")
+        check_labels(y_tr, 10, f"{raw} (train)")
+        check_labels(y_te, 10, f"{raw} (test)")
         return DatasetArrays(
             _normalise(x_tr[:, None], self._mean, self._std),
             y_tr,
@@ -360,8 +324,8 @@ class _CifarSource(_FileSource):
         base = self._folder()
         x_tr, y_tr = read_cifar_batches([base / n for n in self._train], self._label_key)
         x_te, y_te = read_cifar_batches([base / self._test], self._label_key)
-        _check_labels(y_tr, self._num_classes, f"{base} (train)")
-        _check_labels(y_te, self._num_classes, f"{base} (test)")
+        check_labels(y_tr, self._num_classes, f"{base} (train)")
+        check_labels(y_te, self._num_classes, f"{base} (test)")
         return DatasetArrays(
             _normalise(x_tr, self._mean, self._std),
             y_tr,

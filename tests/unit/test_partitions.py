@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 
 from fl_system.data import PartitionError
+from fl_system.data.label_imbalance import NonBalancePartition, ParetoPartition
 from fl_system.data.partitions import (
     DirichletPartition,
     IidPartition,
     LabelGroupsPartition,
     NaturalPartition,
     Niid2Partition,
-    NonBalancePartition,
-    ParetoPartition,
     Partitioner,
     PathologicalPartition,
 )
