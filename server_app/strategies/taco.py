@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Unpack
 
 import numpy as np
@@ -132,49 +133,23 @@ class Taco(FederatedStrategy):
         settings |= {"num_rounds": num_rounds, "train.local_steps": local_steps}
         super().__init__(settings=settings, **common)
         cfg, algorithm = self.experiment, self.experiment.algorithm
-        num_clients, num_rounds = int(cfg.num_clients), int(cfg.num_rounds)
-        local_steps, kappa, lam = cfg.train.local_steps, algorithm.kappa, algorithm.lam
-        expel, warmup_rounds = algorithm.expel, algorithm.warmup_rounds
-        gamma, delta_scale = algorithm.gamma, algorithm.delta_scale
-        tailored_correction = algorithm.tailored_correction
-        tailored_aggregation = algorithm.tailored_aggregation
-        if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
-            raise ValueError(f"algorithm.kappa must be a number in (0, 1], got {kappa!r}")
-        if lam is None:
-            lam = max(math.ceil(num_rounds / 5), MIN_DEFAULT_LAM)
-        if isinstance(lam, bool) or not isinstance(lam, int) or lam < 1:
-            raise ValueError(
-                f"algorithm.lam must be null (T / 5, at least {MIN_DEFAULT_LAM}) or an integer "
-                f">= 1, got {lam!r}"
-            )
-        if (
-            isinstance(warmup_rounds, bool)
-            or not isinstance(warmup_rounds, int)
-            or warmup_rounds < 0
-        ):
-            raise ValueError(
-                f"algorithm.warmup_rounds must be an integer >= 0, got {warmup_rounds!r}"
-            )
-        for key in ("expel", "strike_all", "tailored_correction", "tailored_aggregation"):
+        for key in ("tailored_correction", "tailored_aggregation"):
             if not isinstance(algorithm[key], bool):
                 raise ValueError(f"algorithm.{key} must be true or false, got {algorithm[key]!r}")
-        self.num_clients, self.kappa, self.lam = int(num_clients), float(kappa), lam
-        self.warmup_rounds = warmup_rounds
-        self.strike_all = bool(algorithm.strike_all)
-        self.expel, self.tailored_aggregation = bool(expel), bool(tailored_aggregation)
+        self.num_clients = int(cfg.num_clients)
+        self.expulsions = Expulsions.from_settings(algorithm, self.num_clients, int(cfg.num_rounds))
+        self.tailored_aggregation = bool(algorithm.tailored_aggregation)
         self.local_steps, self.gamma, self.delta_scale = correction_constants(
-            local_steps, gamma, delta_scale
+            cfg.train.local_steps, algorithm.gamma, algorithm.delta_scale
         )
-        self.tailored_correction = bool(tailored_correction)
+        self.tailored_correction = bool(algorithm.tailored_correction)
         self.alpha = np.full(self.num_clients, INITIAL_ALPHA)
-        self.strikes = np.zeros(self.num_clients, dtype=np.int64)
-        self.expelled_at = np.zeros(self.num_clients, dtype=np.int64)  # round, 0 = not expelled
         self.last_update = LayerState("taco/u")
         self._round: dict[int, tuple[float, float]] = {}  # pid -> (alpha sent, alpha new)
         self._fallback = False
 
     def excluded(self) -> frozenset[int]:
-        return frozenset(int(p) for p in np.flatnonzero(self.expelled_at))
+        return self.expulsions.excluded()
 
     # ----- sending -------------------------------------------------------------------------
     def node_content(self, plan: RoundPlan, partition_id: int) -> RecordDict:
@@ -189,12 +164,7 @@ class Taco(FederatedStrategy):
     def reject(self, reply: ClientReply) -> str | None:
         if not 0 <= reply.partition_id < self.num_clients:
             return f"partition {reply.partition_id} is outside 0..{self.num_clients - 1}"
-        if self.expelled_at[reply.partition_id]:
-            return (
-                f"partition {reply.partition_id} was expelled at round "
-                f"{self.expelled_at[reply.partition_id]} (freeloader)"
-            )
-        return None
+        return self.expulsions.refusal(reply.partition_id)
 
     def base_weights(self, plan: RoundPlan, replies: list[ClientReply]) -> list[float]:
         """alpha_i / sum alpha from this round's uploads (which also sets the alpha_i that
@@ -249,41 +219,7 @@ class Taco(FederatedStrategy):
         new_alpha = {pid: a for pid, (_, a) in self._round.items()}
         for pid, a in new_alpha.items():
             self.alpha[pid] = a
-        if plan.round <= self.warmup_rounds:
-            return new_model  # early rounds, where honest updates agree too: no strikes
-        strikes, expelled = record_strikes(
-            new_alpha,
-            {pid: int(self.strikes[pid]) for pid in new_alpha},
-            kappa=self.kappa,
-            lam=self.lam,
-            strike_all=self.strike_all,
-        )
-        left = set(range(self.num_clients)) - self.excluded()
-        if self.expel and expelled and left <= set(expelled):
-            log.warning(
-                "round %d: every client left (%s) would reach %d strikes: none is expelled "
-                "and the round gives no strikes, as alpha cannot tell freeloaders from honest "
-                "clients that all agree",
-                plan.round,
-                ", ".join(map(str, expelled)),
-                self.lam,
-            )
-            return new_model
-        for pid, count in strikes.items():
-            self.strikes[pid] = count
-        if self.expel:
-            for pid in expelled:
-                self.expelled_at[pid] = plan.round
-                log.warning(
-                    "round %d: partition %d expelled as a freeloader: alpha >= %g in %d rounds "
-                    "(alpha this round %.3f; its history is alpha_%d in metrics.csv)",
-                    plan.round,
-                    pid,
-                    self.kappa,
-                    strikes[pid],
-                    new_alpha[pid],
-                    pid,
-                )
+        self.expulsions.record(plan.round, new_alpha)
         return new_model
 
     def round_metrics(
@@ -294,16 +230,142 @@ class Taco(FederatedStrategy):
             metrics[f"alpha_{pid}"] = new
             metrics[f"correction_{pid}"] = 1.0 - sent
         metrics["alpha_mean"] = float(np.mean([new for _, new in self._round.values()]))
-        metrics["flagged"] = sum(new >= self.kappa for _, new in self._round.values())
+        kappa = self.expulsions.kappa
+        metrics["flagged"] = sum(new >= kappa for _, new in self._round.values())
         metrics["taco_uniform_fallback"] = int(self._fallback)
-        metrics["expelled"] = len(self.excluded())
-        metrics["expelled_now"] = " ".join(
-            str(p) for p in np.flatnonzero(self.expelled_at == plan.round)
-        )
-        return metrics
+        return {**metrics, **self.expulsions.metrics(plan.round)}
 
     def summarize(self, rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
         """summary.json: the expelled partitions with the round and their alpha history."""
+        return {**super().summarize(rows), "expelled": self.expulsions.summary(rows)}
+
+    # ----- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> StrategyState:
+        return {
+            **super().state_dict(),
+            **self.last_update.state_dict(),
+            "taco/alpha": self.alpha.copy(),
+            **self.expulsions.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        rest = self.expulsions.take_state(self.last_update.take_state(state))
+        self.alpha = _per_client(rest.pop("taco/alpha"), "taco/alpha", self.num_clients)
+        super().load_state_dict(rest)
+
+
+def _per_client(value: object, name: str, num_clients: int) -> np.ndarray:
+    """A saved per-partition array, checked against the federation's size."""
+    array = np.asarray(value)
+    if array.shape != (num_clients,):
+        raise ValueError(f"{name} has shape {array.shape}, expected ({num_clients},)")
+    return array.copy()
+
+
+@dataclass
+class Expulsions:
+    """TACO's freeloader ledger: a strike for each alpha_i >= kappa after the first
+    `warmup_rounds`, lam strikes expel a partition for good (with `expel`); a round that flags
+    every client gives none unless `strike_all`, and a round whose strikes would expel every
+    client left gives none."""
+
+    num_clients: int
+    kappa: float
+    lam: int
+    expel: bool
+    warmup_rounds: int
+    strike_all: bool
+    strikes: np.ndarray = field(init=False)
+    expelled_at: np.ndarray = field(init=False)  # the round of expulsion, 0 = not expelled
+
+    def __post_init__(self) -> None:
+        self.strikes = np.zeros(self.num_clients, dtype=np.int64)
+        self.expelled_at = np.zeros(self.num_clients, dtype=np.int64)
+
+    @classmethod
+    def from_settings(cls, algorithm: Mapping[str, object], num_clients: int, num_rounds: int):
+        """The ledger of `algorithm.*`, each setting checked (ValueError naming it)."""
+        kappa, lam, warmup = algorithm["kappa"], algorithm["lam"], algorithm["warmup_rounds"]
+        if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
+            raise ValueError(f"algorithm.kappa must be a number in (0, 1], got {kappa!r}")
+        if lam is None:
+            lam = max(math.ceil(num_rounds / 5), MIN_DEFAULT_LAM)
+        if isinstance(lam, bool) or not isinstance(lam, int) or lam < 1:
+            raise ValueError(
+                f"algorithm.lam must be null (T / 5, at least {MIN_DEFAULT_LAM}) or an integer "
+                f">= 1, got {lam!r}"
+            )
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"algorithm.warmup_rounds must be an integer >= 0, got {warmup!r}")
+        for key in ("expel", "strike_all"):
+            if not isinstance(algorithm[key], bool):
+                raise ValueError(f"algorithm.{key} must be true or false, got {algorithm[key]!r}")
+        return cls(
+            num_clients,
+            float(kappa),
+            lam,
+            bool(algorithm["expel"]),
+            warmup,
+            bool(algorithm["strike_all"]),
+        )
+
+    def excluded(self) -> frozenset[int]:
+        return frozenset(int(p) for p in np.flatnonzero(self.expelled_at))
+
+    def refusal(self, partition_id: int) -> str | None:
+        """Why a reply from this partition is refused (None: it is not expelled)."""
+        if not self.expelled_at[partition_id]:
+            return None
+        return (
+            f"partition {partition_id} was expelled at round "
+            f"{self.expelled_at[partition_id]} (freeloader)"
+        )
+
+    def record(self, round_: int, alpha: Mapping[int, float]) -> None:
+        """This round's strikes from its alpha_i, and the expulsions they bring."""
+        if round_ <= self.warmup_rounds:
+            return  # early rounds, where honest updates agree too: no strikes
+        strikes, expelled = record_strikes(
+            alpha,
+            {pid: int(self.strikes[pid]) for pid in alpha},
+            kappa=self.kappa,
+            lam=self.lam,
+            strike_all=self.strike_all,
+        )
+        left = set(range(self.num_clients)) - self.excluded()
+        if self.expel and expelled and left <= set(expelled):
+            log.warning(
+                "round %d: every client left (%s) would reach %d strikes: none is expelled "
+                "and the round gives no strikes, as alpha cannot tell freeloaders from honest "
+                "clients that all agree",
+                round_,
+                ", ".join(map(str, expelled)),
+                self.lam,
+            )
+            return
+        for pid, count in strikes.items():
+            self.strikes[pid] = count
+        if self.expel:
+            for pid in expelled:
+                self.expelled_at[pid] = round_
+                log.warning(
+                    "round %d: partition %d expelled as a freeloader: alpha >= %g in %d rounds "
+                    "(alpha this round %.3f; its history is alpha_%d in metrics.csv)",
+                    round_,
+                    pid,
+                    self.kappa,
+                    strikes[pid],
+                    alpha[pid],
+                    pid,
+                )
+
+    def metrics(self, round_: int) -> dict[str, float | str]:
+        """metrics.csv: how many are expelled, and which were this round."""
+        now = np.flatnonzero(self.expelled_at == round_)
+        return {"expelled": len(self.excluded()), "expelled_now": " ".join(map(str, now))}
+
+    def summary(self, rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+        """Each expelled partition with its round and its alpha history (metrics.csv rows)."""
         expelled = []
         for pid in sorted(self.excluded()):
             column = f"alpha_{pid}"
@@ -315,25 +377,15 @@ class Taco(FederatedStrategy):
             expelled.append(
                 {"partition": pid, "round": int(self.expelled_at[pid]), "alpha": history}
             )
-        return {**super().summarize(rows), "expelled": expelled}
+        return expelled
 
-    # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> StrategyState:
-        return {
-            **super().state_dict(),
-            **self.last_update.state_dict(),
-            "taco/alpha": self.alpha.copy(),
-            "taco/strikes": self.strikes.copy(),
-            "taco/expelled_at": self.expelled_at.copy(),
-        }
+        return {"taco/strikes": self.strikes.copy(), "taco/expelled_at": self.expelled_at.copy()}
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        rest = dict(self.last_update.take_state(state))
-        for name in ("alpha", "strikes", "expelled_at"):
-            value = np.asarray(rest.pop(f"taco/{name}"))
-            if value.shape != (self.num_clients,):
-                raise ValueError(
-                    f"taco/{name} has shape {value.shape}, expected ({self.num_clients},)"
-                )
-            setattr(self, name, value.copy())
-        super().load_state_dict(rest)
+    def take_state(self, state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Load this ledger's keys; the rest of `state`."""
+        rest = dict(state)
+        for name in ("strikes", "expelled_at"):
+            key = f"taco/{name}"
+            setattr(self, name, _per_client(rest.pop(key), key, self.num_clients))
+        return rest

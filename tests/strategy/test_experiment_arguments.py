@@ -16,7 +16,7 @@ def test_taco_takes_its_clients_rounds_and_steps_from_the_experiment() -> None:
     taco = Taco(
         experiment=["algorithm=taco", "num_clients=7", "num_rounds=12", "train.local_steps=5"]
     )
-    assert taco.num_clients == 7 and taco.lam == 3 and taco.local_steps == 5
+    assert taco.num_clients == 7 and taco.expulsions.lam == 3 and taco.local_steps == 5
     with pytest.raises(ValueError) as err:
         Taco(num_clients=4, experiment=taco.experiment)
     assert str(err.value) == (

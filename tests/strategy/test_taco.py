@@ -143,9 +143,9 @@ def test_no_strikes_in_the_warm_up_rounds() -> None:
     strategy = _taco(kappa=0.55, lam=1, warmup_rounds=2)
     for rnd in (1, 2):
         result = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=rnd)
-        assert result.metrics["flagged"] == 1 and strategy.strikes.tolist() == [0, 0, 0]
+        assert result.metrics["flagged"] == 1 and strategy.expulsions.strikes.tolist() == [0, 0, 0]
     aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=3)
-    assert strategy.excluded() == frozenset({2}) and strategy.expelled_at[2] == 3
+    assert strategy.excluded() == frozenset({2}) and strategy.expulsions.expelled_at[2] == 3
 
 
 def test_a_round_that_flags_every_client_strikes_none_unless_strike_all() -> None:
@@ -154,11 +154,11 @@ def test_a_round_that_flags_every_client_strikes_none_unless_strike_all() -> Non
     (strike_all) strikes them all."""
     strategy = _taco(kappa=0.4, lam=1)
     result = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=1)
-    assert result.metrics["flagged"] == 3 and strategy.strikes.tolist() == [0, 0, 0]
+    assert result.metrics["flagged"] == 3 and strategy.expulsions.strikes.tolist() == [0, 0, 0]
     assert strategy.excluded() == frozenset()
     paper = _taco(kappa=0.4, lam=3, strike_all=True)
     aggregate(paper, _replies(DELTAS), arrays=_global(), rnd=1)
-    assert paper.strikes.tolist() == [1, 1, 1]
+    assert paper.expulsions.strikes.tolist() == [1, 1, 1]
 
 
 def test_strikes_that_would_expel_every_client_left_expel_none_and_warn(
@@ -169,12 +169,12 @@ def test_strikes_that_would_expel_every_client_left_expel_none_and_warn(
     strategy = _taco(kappa=0.4, lam=1, strike_all=True)
     with caplog.at_level(logging.WARNING):
         result = aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=1)
-    assert strategy.strikes.tolist() == [0, 0, 0] and strategy.excluded() == frozenset()
+    assert strategy.expulsions.strikes.tolist() == [0, 0, 0] and strategy.excluded() == frozenset()
     assert result.metrics["expelled"] == 0 and result.metrics["expelled_now"] == ""
     assert "round 1: every client left (0, 1, 2) would reach 1 strikes: none is expelled" in (
         caplog.text
     )
-    strategy.kappa = 0.55  # now only client 2 (alpha 0.586) is flagged: it alone goes
+    strategy.expulsions.kappa = 0.55  # now only client 2 (alpha 0.586) is flagged: it alone goes
     aggregate(strategy, _replies(DELTAS), arrays=_global(), rnd=2)
     assert strategy.excluded() == frozenset({2})
 
@@ -182,7 +182,7 @@ def test_strikes_that_would_expel_every_client_left_expel_none_and_warn(
 def test_strikes_without_expulsion_when_expel_is_off() -> None:
     strategy = _taco(kappa=0.55, lam=1, expel=False)
     aggregate(strategy, _replies(DELTAS), arrays=_global())
-    assert strategy.excluded() == frozenset() and strategy.strikes.tolist() == [0, 0, 1]
+    assert strategy.excluded() == frozenset() and strategy.expulsions.strikes.tolist() == [0, 0, 1]
 
 
 def test_state_survives_a_checkpoint() -> None:
@@ -216,5 +216,5 @@ def test_bad_server_settings_are_named(kwargs: dict, message: str) -> None:
 
 def test_lam_defaults_to_a_fifth_of_the_rounds_and_at_least_three() -> None:
     """A 5-round run's T / 5 = 1 strike expelled 4 honest IID clients in round 1."""
-    assert _taco(num_rounds=100).lam == 20 and _taco(num_rounds=12).lam == 3
-    assert _taco(num_rounds=5).lam == 3 and _taco(num_rounds=5, lam=1).lam == 1
+    lams = [_taco(num_rounds=t).expulsions.lam for t in (100, 12, 5)]
+    assert lams == [20, 3, 3] and _taco(num_rounds=5, lam=1).expulsions.lam == 1
