@@ -31,6 +31,7 @@ from typing import Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
+from omegaconf import DictConfig
 
 from fl_system.learning.aggregation import weighted_average
 from fl_system.messages import protocol
@@ -101,46 +102,12 @@ class FedCat(FederatedStrategy):
             "clients_per_round": clients_per_round,
         }
         super().__init__(settings=settings, **common)
-        cfg, algorithm = self.experiment, self.experiment.algorithm
-        num_clients, num_rounds, seed = int(cfg.num_clients), int(cfg.num_rounds), int(cfg.seed)
-        clients_per_round, k, eps, lam = (
-            cfg.clients_per_round,
-            algorithm.k,
-            algorithm.eps,
-            algorithm.lam,
-        )
-        concatenate, count_selection = algorithm.concatenate, algorithm.count_selection
-        if clients_per_round is not None:
-            raise ValueError(
-                "fedcat picks algorithm.k clients per round itself: leave clients_per_round "
-                f"null (got {clients_per_round})"
-            )
-        if k is None:
-            k = max(1, round(0.1 * num_clients))
-        for key, value in (("k", k), ("lam", lam)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"algorithm.{key} must be an integer, got {value!r}")
-        if isinstance(eps, bool) or not isinstance(eps, int | float) or math.isnan(eps):
-            raise ValueError(f"algorithm.eps must be a number in [0, 1], got {eps!r}")
-        self.schedule = ChainSchedule(
-            num_devices=num_clients,
-            k=k,
-            greedy_prob=eps,
-            regroup_every=lam,
-            seed=seed,
-            count_selection=count_selection,
-        )
-        if concatenate and num_rounds % k:
-            raise ValueError(
-                f"num_rounds ({num_rounds}) must be a multiple of algorithm.k ({k}): a FedCat "
-                "cycle is k rounds, and the global model is set at a cycle's end"
-            )
-        self.k, self.concatenate = k, bool(concatenate)
+        self.k, self.concatenate, self.schedule = _chain_settings(self.experiment)
         self.copies: list[dict[str, np.ndarray]] = []  # copy i's layers, inside a cycle
-        self.samples = np.zeros(k, dtype=np.int64)  # samples each copy met this cycle
+        self.samples = np.zeros(self.k, dtype=np.int64)  # samples each copy met this cycle
         self._copy_of: dict[int, int] = {}  # partition -> copy index, this round
         self._devices: list[int] = []
-        self._copy_weights = np.zeros(k)  # at a cycle's end: samples_i / sum of samples
+        self._copy_weights = np.zeros(self.k)  # at a cycle's end: samples_i / sum of samples
 
     # ----- choosing and sending ------------------------------------------------------------
     def choose(self, server_round: int, available: Sequence[int]) -> list[int]:
@@ -246,12 +213,7 @@ class FedCat(FederatedStrategy):
 
     def summarize(self, rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
         """summary.json: how often each partition was picked (what the counts flatten)."""
-        picks = np.zeros(self.schedule.num_devices, dtype=np.int64)
-        for row in rows:
-            for i in range(self.k):
-                value = row.get(f"copy_{i}")
-                if value not in (None, ""):
-                    picks[int(float(str(value)))] += 1
+        picks = _picks(rows, self.k, self.schedule.num_devices)
         return {
             **super().summarize(rows),
             "participation": {str(p): int(n) for p, n in enumerate(picks)},
@@ -261,15 +223,14 @@ class FedCat(FederatedStrategy):
 
     # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> StrategyState:
-        copies = {
-            f"{_COPY}{i}/{name}": layer.copy()
-            for i, copy in enumerate(self.copies)
-            for name, layer in copy.items()
-        }
         return {
             **super().state_dict(),
             **self.schedule.state_dict(),
-            **copies,
+            **{
+                f"{_COPY}{i}/{name}": layer.copy()
+                for i, c in enumerate(self.copies)
+                for name, layer in c.items()
+            },
             "fedcat/samples": self.samples.copy(),
         }
 
@@ -279,17 +240,64 @@ class FedCat(FederatedStrategy):
             {k: rest.pop(k) for k in list(rest) if k in self.schedule.state_dict()}
         )
         self.samples = np.asarray(rest.pop("fedcat/samples")).astype(np.int64)
-        copies: dict[int, dict[str, np.ndarray]] = {}
-        for key in [k for k in rest if k.startswith(_COPY)]:
-            index, name = key[len(_COPY) :].split("/", 1)
-            copies.setdefault(int(index), {})[name] = np.asarray(rest.pop(key))
-        if copies and sorted(copies) != list(range(self.k)):
-            raise ValueError(
-                f"fedcat checkpoint holds copies {sorted(copies)}, expected k={self.k}"
-            )
-        self.copies = [copies[i] for i in sorted(copies)]
+        self.copies = _take_copies(rest, self.k)
         super().load_state_dict(rest)
 
 
 def _layers(copy: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
     return [copy[name] for name in names]
+
+
+def _chain_settings(cfg: DictConfig) -> tuple[int, bool, ChainSchedule]:
+    """k, concatenate and the chain schedule of `algorithm.*`, each setting checked (a
+    ValueError naming it)."""
+    algorithm, num_clients = cfg.algorithm, int(cfg.num_clients)
+    k, eps, lam = algorithm.k, algorithm.eps, algorithm.lam
+    if cfg.clients_per_round is not None:
+        raise ValueError(
+            "fedcat picks algorithm.k clients per round itself: leave clients_per_round "
+            f"null (got {cfg.clients_per_round})"
+        )
+    if k is None:
+        k = max(1, round(0.1 * num_clients))
+    for key, value in (("k", k), ("lam", lam)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"algorithm.{key} must be an integer, got {value!r}")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or math.isnan(eps):
+        raise ValueError(f"algorithm.eps must be a number in [0, 1], got {eps!r}")
+    schedule = ChainSchedule(
+        num_devices=num_clients,
+        k=k,
+        greedy_prob=eps,
+        regroup_every=lam,
+        seed=int(cfg.seed),
+        count_selection=algorithm.count_selection,
+    )
+    if algorithm.concatenate and int(cfg.num_rounds) % k:
+        raise ValueError(
+            f"num_rounds ({cfg.num_rounds}) must be a multiple of algorithm.k ({k}): a FedCat "
+            "cycle is k rounds, and the global model is set at a cycle's end"
+        )
+    return k, bool(algorithm.concatenate), schedule
+
+
+def _picks(rows: Sequence[Mapping[str, object]], k: int, num_devices: int) -> np.ndarray:
+    """How often each partition was picked, from metrics.csv's copy_<i> columns."""
+    picks = np.zeros(num_devices, dtype=np.int64)
+    for row in rows:
+        for i in range(k):
+            value = row.get(f"copy_{i}")
+            if value not in (None, ""):
+                picks[int(float(str(value)))] += 1
+    return picks
+
+
+def _take_copies(rest: dict[str, np.ndarray], k: int) -> list[dict[str, np.ndarray]]:
+    """The model copies a checkpoint holds (none outside a cycle), their keys taken."""
+    copies: dict[int, dict[str, np.ndarray]] = {}
+    for key in [name for name in rest if name.startswith(_COPY)]:
+        index, name = key[len(_COPY) :].split("/", 1)
+        copies.setdefault(int(index), {})[name] = np.asarray(rest.pop(key))
+    if copies and sorted(copies) != list(range(k)):
+        raise ValueError(f"fedcat checkpoint holds copies {sorted(copies)}, expected k={k}")
+    return [copies[i] for i in sorted(copies)]
