@@ -179,38 +179,10 @@ class RoundDriver:
                 + (f" ({reasons})" if reasons else "")
             )
         publish, privacy_columns = self.privacy.release(record)
-        row = {**self._row(rnd, record), **privacy_columns}
+        row = {**_round_row(self.federation, rnd, record), **privacy_columns}
         if not publish:
             return arrays, row, None
         return released, row, result.scored
-
-    def _row(self, rnd: int, record: RoundRecord) -> dict:
-        """The round's metrics.csv row: who took part, what moved, the strategy's columns."""
-        courier = self.federation.courier
-        tallies = courier.tallies
-        handshake_up, handshake_down = self.federation.take_handshake_bytes()
-        row: dict = {
-            "round": rnd,
-            "participants": record.result.participants,
-            "failures": len(record.result.failures) + courier.timed_out,
-            "bytes_up": sum(t.bytes_up for t in tallies.values()) + handshake_up,
-            "bytes_down": sum(t.bytes_down for t in tallies.values()) + handshake_down,
-        }
-        if self.federation.compression is not None:  # what the encoded updates weighed
-            row["update_bytes_up"] = record.updates.update_bytes
-            row["update_bits_naive"] = round(record.updates.bits_naive)
-            row["update_bits_golomb"] = round(record.updates.bits_golomb)
-        if len(tallies) > 1:  # several exchanges: each one's traffic and time
-            for label, t in tallies.items():
-                row[f"bytes_up_{label}"] = t.bytes_up
-                row[f"bytes_down_{label}"] = t.bytes_down
-                row[f"seconds_{label}"] = round(t.seconds, 3)
-        row.update(record.broadcast)
-        client_eval = self.federation.client_eval
-        if client_eval is not None and client_eval.due(rnd):
-            row.update(client_eval.local_columns(record.replies))
-        row.update({k: v for k, v in record.result.metrics.items() if not isinstance(v, list)})
-        return row
 
     def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:
         """The test_* columns: the reported metrics of the model on the server's test data."""
@@ -261,21 +233,7 @@ class RoundDriver:
 
     def _finish(self) -> dict:
         rows = self.metrics.rows()
-        summary = summarize(
-            rows,
-            target_accuracy=self.cfg.target_accuracy,
-            accuracy=score.accuracy(self.cfg),
-            score=score.column(self.cfg),
-            lower_is_better=score.lower_is_better(self.cfg),
-        )
-        summary.update(self.strategy.summarize(rows))
-        derived = self.federation.normalisation
-        if derived is not None:  # dataset.normalize=federated: what the nodes' moments gave
-            summary["normalisation"] = {
-                "mean": derived.mean,
-                "std": derived.std,
-                "reply_bytes": {str(p): b for p, b in sorted(derived.reply_bytes.items())},
-            }
+        summary = _summary(self.cfg, rows, self.strategy, self.federation)
         summary = self.privacy.summary(summary)
         write_summary(self.paths.summary, summary)
         plot_curve(
@@ -289,6 +247,57 @@ class RoundDriver:
         run_log.say(run_log.summary_line(summary))
         run_log.say(run_log.done_line(summary, self.paths.root))
         return summary
+
+
+def _round_row(federation: Federation, rnd: int, record: RoundRecord) -> dict:
+    """The round's metrics.csv row: who took part, what moved, the strategy's columns."""
+    courier = federation.courier
+    tallies = courier.tallies
+    handshake_up, handshake_down = federation.take_handshake_bytes()
+    row: dict = {
+        "round": rnd,
+        "participants": record.result.participants,
+        "failures": len(record.result.failures) + courier.timed_out,
+        "bytes_up": sum(t.bytes_up for t in tallies.values()) + handshake_up,
+        "bytes_down": sum(t.bytes_down for t in tallies.values()) + handshake_down,
+    }
+    if federation.compression is not None:  # what the encoded updates weighed
+        row["update_bytes_up"] = record.updates.update_bytes
+        row["update_bits_naive"] = round(record.updates.bits_naive)
+        row["update_bits_golomb"] = round(record.updates.bits_golomb)
+    if len(tallies) > 1:  # several exchanges: each one's traffic and time
+        for label, t in tallies.items():
+            row[f"bytes_up_{label}"] = t.bytes_up
+            row[f"bytes_down_{label}"] = t.bytes_down
+            row[f"seconds_{label}"] = round(t.seconds, 3)
+    row.update(record.broadcast)
+    client_eval = federation.client_eval
+    if client_eval is not None and client_eval.due(rnd):
+        row.update(client_eval.local_columns(record.replies))
+    row.update({k: v for k, v in record.result.metrics.items() if not isinstance(v, list)})
+    return row
+
+
+def _summary(
+    cfg: DictConfig, rows: list[dict], strategy: FederatedStrategy, federation: Federation
+) -> dict:
+    """summary.json's entries before privacy's: the run's, the strategy's, normalisation's."""
+    summary = summarize(
+        rows,
+        target_accuracy=cfg.target_accuracy,
+        accuracy=score.accuracy(cfg),
+        score=score.column(cfg),
+        lower_is_better=score.lower_is_better(cfg),
+    )
+    summary.update(strategy.summarize(rows))
+    derived = federation.normalisation
+    if derived is not None:  # dataset.normalize=federated: what the nodes' moments gave
+        summary["normalisation"] = {
+            "mean": derived.mean,
+            "std": derived.std,
+            "reply_bytes": {str(p): b for p, b in sorted(derived.reply_bytes.items())},
+        }
+    return summary
 
 
 def _leading_columns(cfg: DictConfig) -> list[str]:

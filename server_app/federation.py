@@ -60,6 +60,34 @@ def _vets(cfg: DictConfig, say: Callable[[str], None]) -> Callable[[int, Message
     return vet
 
 
+def _downlink(cfg: DictConfig) -> Downlink | None:
+    """`compression.down`'s broadcasts of the global model (None: sent whole)."""
+    down = build_compression(cfg, "down")
+    if down is None:
+        return None
+    apply = OmegaConf.select(cfg, "compression.server_apply") or "recommended"
+    return Downlink(down, seed=int(cfg.seed), server_apply=str(apply))
+
+
+def _registry(
+    grid: Grid,
+    cfg: DictConfig,
+    on_join: Callable[[int, MetricRecord], None] | None,
+    say: Callable[[str], None],
+) -> NodeRegistry:
+    """The grid's nodes, each handshaked with the experiment and vetted as it joins."""
+    simulated = OmegaConf.select(cfg, "runtime.name") == "simulation"
+    return NodeRegistry(
+        grid,
+        config_to_json(cfg),
+        num_partitions=int(cfg.num_clients),
+        on_join=on_join,
+        vet=_vets(cfg, say),
+        logs="logs/serverapp.log has its traceback" if simulated else NODE_LOGS,
+        say=say,
+    )
+
+
 class Federation:
     """The nodes of one grid and the experiment's round settings."""
 
@@ -73,18 +101,7 @@ class Federation:
         self.cfg = cfg
         self.on_join = on_join
         self.compression = build_compression(cfg)
-        down = build_compression(cfg, "down")
-        self.downlink = (
-            Downlink(
-                down,
-                seed=int(cfg.seed),
-                server_apply=str(
-                    OmegaConf.select(cfg, "compression.server_apply") or "recommended"
-                ),
-            )
-            if down is not None
-            else None
-        )
+        self.downlink = _downlink(cfg)
         self.stragglers = stragglers.from_config(cfg)
         model = heterogeneity.from_config(cfg)
         self.clock = (
@@ -109,19 +126,7 @@ class Federation:
         """Wait for the clients a round needs (once per grid), handshaking each new node."""
         if self.nodes is None or self._grid is not grid:
             self._grid = grid
-            self.nodes = NodeRegistry(
-                grid,
-                config_to_json(self.cfg),
-                num_partitions=int(self.cfg.num_clients),
-                on_join=self.on_join,
-                vet=_vets(self.cfg, say),
-                logs=(
-                    "logs/serverapp.log has its traceback"
-                    if OmegaConf.select(self.cfg, "runtime.name") == "simulation"
-                    else NODE_LOGS
-                ),
-                say=say,
-            )
+            self.nodes = _registry(grid, self.cfg, self.on_join, say)
             per_round = self.cfg.clients_per_round
             nodes = self.nodes.wait_for(
                 int(self.cfg.num_clients if per_round is None else per_round),
