@@ -11,6 +11,8 @@ import pytest
 from fl_system.records.results import MetricsLog
 from tests.integration.conftest import holding, run_cli, run_every_algorithm
 
+pytestmark = pytest.mark.integration
+
 MODELS = textwrap.dedent(
     """
     import torch

@@ -16,6 +16,8 @@ import pytest
 from fl_system.runtime.launch.processes import ProcessGroup, free_port, port_open, tool_env
 from tests.integration.conftest import QUICK, run_cli
 
+pytestmark = pytest.mark.integration
+
 RAY = str(Path(sys.executable).parent / "ray")
 
 
