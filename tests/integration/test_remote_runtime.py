@@ -62,7 +62,7 @@ def _lose_the_superlink(
     try:
         deadline = time.monotonic() + 240
         while not (metrics.exists() and len(MetricsLog(metrics).rows()) >= 1):
-            assert run.poll() is None and time.monotonic() < deadline, run.stderr
+            assert run.poll() is None and time.monotonic() < deadline, _logs_tail(tmp_path)
             time.sleep(0.2)
         superlink = federation.procs.procs[0][1]
         os.killpg(superlink.pid, signal.SIGKILL)
@@ -75,6 +75,15 @@ def _lose_the_superlink(
     assert f"fl-run: error: {said}; rounds up to " in err, err[-2000:]
     failure = (run_dir / "failure.txt").read_text()
     assert failure.startswith(said) and f"resume=true hydra.run.dir={run_dir}" in failure
+
+
+def _logs_tail(root: Path, lines: int = 15) -> str:
+    """The last lines of every log of the federation and of the run, to see where it stood."""
+    logs = sorted(root.glob("*.log")) + sorted(root.glob("*/logs/*.log"))
+    return "\n".join(
+        f"--- {log.relative_to(root)}\n" + "\n".join(log.read_text().splitlines()[-lines:])
+        for log in logs
+    )
 
 
 def _stop_fl_run(
