@@ -9,12 +9,12 @@ from fl_system import privacy
 
 
 class PrivacyPolicy:
-    """Each a phrase for the refusal, or None; `privacy.check_composition` reads them."""
+    """What a rule declares for DP, each a phrase for the refusal or None
+    (`privacy.check_composition` reads them)."""
 
-    # What differential privacy (privacy=...) must know of the rule, each a phrase for the
-    # refusal or None: what its training messages carry besides the model and the config,
-    # what its replies carry besides the model, the model its clients start from if not the
-    # global one, and how it weighs clients if not by data size (which DP makes uniform).
+    # What its training messages carry besides the model and the config, what its replies
+    # carry besides the model, the model its clients start from if not the global one, and
+    # how it weighs clients if not by data size (which DP makes uniform).
     extra_down: ClassVar[str | None] = None
     extra_up: ClassVar[str | None] = None
     own_start: ClassVar[str | None] = None

@@ -283,7 +283,9 @@ class Expulsions:
         self.expelled_at = np.zeros(self.num_clients, dtype=np.int64)
 
     @classmethod
-    def from_settings(cls, algorithm: Mapping[str, object], num_clients: int, num_rounds: int):
+    def from_settings(
+        cls, algorithm: Mapping[str, object], num_clients: int, num_rounds: int
+    ) -> Expulsions:
         """The ledger of `algorithm.*`, each setting checked (ValueError naming it)."""
         kappa, lam, warmup = algorithm["kappa"], algorithm["lam"], algorithm["warmup_rounds"]
         if isinstance(kappa, bool) or not isinstance(kappa, int | float) or not 0 < kappa <= 1:
