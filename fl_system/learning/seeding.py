@@ -10,7 +10,6 @@ import contextlib
 from collections.abc import Iterator
 
 import numpy as np
-import torch
 
 
 def derive_seed(*parts: int) -> int:
@@ -23,6 +22,8 @@ def torch_seeded(seed: int) -> Iterator[None]:
     """torch's CPU generator seeded with `seed` inside, restored after: a seeded draw (the
     initial model) that leaves no process-wide generator seeded. NumPy's and Python's global
     generators are never seeded here: Flower's DP code has drawn noise from NumPy's."""
+    import torch  # here: fl-run's config checks import this module and need no torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield

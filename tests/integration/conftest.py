@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +24,9 @@ from fl_system.runtime.launch.processes import (
     port_open,
     tool_env,
 )
+from tests.integration.fl_run_fork import FL_RUN, ForkedRun, start_fl_run
 
-FL_RUN = shutil.which("fl-run", path=str(Path(sys.executable).parent)) or "fl-run"
+__all__ = ["FL_RUN", "ForkedRun", "start_fl_run"]
 
 # Small and fast: 8x8 digits, an MLP, two clients.
 QUICK = ["dataset=digits", "model=mlp", "num_clients=2", "train.batch_size=64"]
@@ -47,16 +47,17 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 
 
 def run_cli(
-    args: list[str], env: dict[str, str], timeout: float = 240
+    args: list[str], env: dict[str, str], timeout: float = 240, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [FL_RUN, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    """`fl-run <args>` to its end, its output captured (as `subprocess.run`)."""
+    proc = start_fl_run(args, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess([FL_RUN, *args], proc.wait(), out, err)
 
 
 SUMMARY_KEYS = {
@@ -126,13 +127,7 @@ def interrupt_when(
     timeout: float = 300,
 ) -> Interrupted:
     """Start fl-run, wait until `ready()`, record its process tree, send `sig`, wait for exit."""
-    proc = subprocess.Popen(
-        [FL_RUN, *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_fl_run(args, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + timeout
         while not ready():

@@ -22,12 +22,12 @@ from fl_system.cli import CONF_DIR
 from fl_system.records.results import MetricsLog
 from server_app.strategies.fedcat_math import ChainSchedule
 from tests.integration.conftest import (
-    FL_RUN,
     QUICK,
     HandStartedFederation,
     check_two_round_run,
     env_in,
     run_cli,
+    start_fl_run,
 )
 from tests.integration.flower_app import LOOP_APP, write_app
 
@@ -128,14 +128,7 @@ def test_a_run_stopped_with_flwr_stop_says_so_and_how_to_resume(
     which rounds are saved and how to continue, in one plain line."""
     run_dir = tmp_path / "run"
     args = [*QUICK, "num_rounds=500", *federation.remote_args(), f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(
-        [FL_RUN, *args],
-        env=shared_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_fl_run(args, shared_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         log, deadline, found = run_dir / "logs" / "serverapp.log", time.monotonic() + 120, None
         while time.monotonic() < deadline and proc.poll() is None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import FL_RUN, QUICK, run_cli
+from tests.integration.conftest import QUICK, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -196,15 +195,7 @@ def test_a_run_refused_by_validation_leaves_no_outputs_folder(tmp_path: Path, cl
     for expected in (["kept"], []):
         if not expected:
             (tmp_path / "outputs" / "kept").rmdir()
-        result = subprocess.run(
-            [FL_RUN, "num_rounds=-1"],
-            env=cli_env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+        result = run_cli(["num_rounds=-1"], cli_env, timeout=120, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         outputs = tmp_path / "outputs"
         assert (sorted(p.name for p in outputs.iterdir()) if outputs.exists() else []) == expected

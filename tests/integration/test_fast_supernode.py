@@ -21,7 +21,7 @@ from fl_system.data.node_dir import TRAIN_FILE
 from fl_system.learning.devices import THREADS_ENV
 from fl_system.records.results import MetricsLog
 from fl_system.runtime.launch.processes import alive, descendants
-from tests.integration.conftest import FL_RUN, QUICK, HandStartedFederation
+from tests.integration.conftest import QUICK, HandStartedFederation, start_fl_run
 
 pytestmark = pytest.mark.integration
 
@@ -102,9 +102,7 @@ class Submitted:
     def __init__(self, root: Path, args: list[str], env: dict[str, str]) -> None:
         self.err = root / "fl-run.err"
         with open(root / "fl-run.out", "wb") as out, open(self.err, "wb") as err:
-            self.proc = subprocess.Popen(
-                [FL_RUN, *args], env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL
-            )
+            self.proc = start_fl_run(args, env, stdout=out, stderr=err)
 
     def wait(self, timeout: float) -> int:
         try:

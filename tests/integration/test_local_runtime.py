@@ -25,11 +25,12 @@ from fl_system.records.checkpoint import load_checkpoint
 from fl_system.records.results import MetricsLog
 from fl_system.runtime.launch.processes import alive, descendants
 from tests.integration.conftest import (
-    FL_RUN,
     QUICK,
+    ForkedRun,
     check_two_round_run,
     interrupt_when,
     run_cli,
+    start_fl_run,
 )
 
 pytestmark = pytest.mark.integration
@@ -229,10 +230,8 @@ def test_one_clientapp_launcher_serves_every_node_and_its_death_ends_the_run(
     assert [pid for pid in seen if alive(pid)] == []
 
 
-def _fl_run_in_background(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [FL_RUN, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+def _fl_run_in_background(args: list[str], env: dict[str, str]) -> ForkedRun | subprocess.Popen:
+    return start_fl_run(args, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def _wait_until(proc: subprocess.Popen, reached: Callable[[], bool], timeout: float = 180) -> float:

@@ -17,11 +17,11 @@ from fl_system.records.results import MetricsLog
 from fl_system.runtime.launch.processes import alive, descendants
 from fl_system.runtime.launch.submit import CONNECTION, Connection, write_flwr_home
 from tests.integration.conftest import (
-    FL_RUN,
     QUICK,
     HandStartedFederation,
     interrupt_when,
     run_cli,
+    start_fl_run,
 )
 
 pytestmark = pytest.mark.integration
@@ -56,9 +56,7 @@ def _lose_the_superlink(
     run_dir = tmp_path / "superlink-lost"
     metrics = run_dir / "metrics.csv"
     args = [*QUICK, "num_rounds=500", *federation.remote_args(), f"hydra.run.dir={run_dir}"]
-    run = subprocess.Popen(
-        [FL_RUN, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    run = start_fl_run(args, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240
         while not (metrics.exists() and len(MetricsLog(metrics).rows()) >= 1):

@@ -20,7 +20,7 @@ from fl_system.learning.own_model import build_model
 from fl_system.records.checkpoint import load_checkpoint
 from fl_system.records.results import MetricsLog, read_rows
 from fl_system.runtime.launch.processes import alive, descendants
-from tests.integration.conftest import FL_RUN, QUICK, interrupt_when, run_cli
+from tests.integration.conftest import QUICK, interrupt_when, run_cli, start_fl_run
 from tests.integration.tracked import (
     mlflow_run,
     tensorboard,
@@ -132,9 +132,9 @@ def test_a_server_killed_mid_round_resumes_to_the_uninterrupted_model(
         except OSError:  # a file replaced while looked at
             return False
 
-    proc = subprocess.Popen(
-        [FL_RUN, *args, f"hydra.run.dir={killed}"],
-        env=env,
+    proc = start_fl_run(
+        [*args, f"hydra.run.dir={killed}"],
+        env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -57,3 +57,13 @@ def test_a_later_run_of_a_sweep_counts_from_its_own_start() -> None:
     startup.begin()
     assert startup.elapsed() < 0.05
     assert startup.marks() == [("run started", 0.0)]
+
+
+def test_fl_run_checks_its_config_without_importing_torch() -> None:
+    """A bad value is refused before torch is imported (~2.5 s of CPU): fl-run imports torch
+    only for the checks that build the model, while the local runtime's processes start."""
+    script = "import sys, fl_system.cli; print(sorted(m for m in sys.modules if 'torch' in m))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"

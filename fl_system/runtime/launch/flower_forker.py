@@ -132,12 +132,18 @@ def serve(control: socket.socket) -> None:
                 pid = _fork(json.loads(line), control)
                 children.add(pid)
                 control.sendall(json.dumps({"started": pid}).encode() + b"\n")
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                children.discard(pid)
-                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                control.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
+        report_exits(children, control)
+
+
+def report_exits(children: set[int], control: socket.socket) -> None:
+    """Reap the children that ended and send each exit (a code, or minus the signal, as
+    `subprocess.Popen.returncode`) as a line of JSON."""
+    for pid in list(children):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            children.discard(pid)
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            control.sendall(json.dumps({"exited": pid, "code": code}).encode() + b"\n")
 
 
 def _end(children: set[int], grace: float = 5.0) -> None:
