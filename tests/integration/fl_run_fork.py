@@ -54,9 +54,6 @@ class ForkedRun(ForkedProcess):
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
         """Read the pipes to their end, then wait for the exit (as `Popen.communicate`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -105,18 +102,14 @@ class _Zygote:
         socket.send_fds(self.sock, [json.dumps(request).encode() + b"\n"], fds)
         while True:
             for event in self._events(block=True):
-                if "started" in event:
-                    return int(event["started"])
-                if "failed" in event:
-                    raise OSError(f"the fl-run zygote could not fork: {event['failed']}")
+                return int(event["started"])
 
     def exit_code(self, pid: int) -> int | None:
-        for _ in self._events(block=False):
-            pass
+        self._events(block=False)
         return self._exits.get(pid)
 
     def _events(self, block: bool) -> list[dict]:
-        """Exits are recorded as they are read; other events are returned."""
+        """Exits are recorded as they are read; the others (a fork's pid) are returned."""
         if not block and not select.select([self.sock], [], [], 0)[0]:
             return []
         data = self.sock.recv(65536)
