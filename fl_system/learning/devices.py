@@ -25,6 +25,21 @@ def resolve_device(name: str) -> torch.device:
 
 
 THREADS_ENV = "FL_TORCH_THREADS"  # set by a runtime that packs several clients on few cores
+# The thread pools of OpenMP (torch's CPU kernels) and of the BLAS libraries under numpy, each
+# sized by its variable when the library loads. Left at their default (one thread per core) in
+# every process of a simulation, they oversubscribe the cores and spin: on 2 cores a round took
+# 2.4x as long as with one thread each (issue 51's measurements).
+POOL_ENVS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment for a process that shares the machine's cores with the run's others: torch
+    and the BLAS/OpenMP pools get `threads` each, unless the user set a pool's variable."""
+    env = {THREADS_ENV: str(threads)}
+    for name in POOL_ENVS:
+        if name not in os.environ:
+            env[name] = str(threads)
+    return env
 
 
 def apply_thread_limit() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.learning.devices import THREADS_ENV
+from fl_system.learning.devices import thread_env
 from fl_system.records.results import METRIC_COLUMNS, MetricsLog
 from fl_system.runtime.launch.processes import (
     ProcessGroup,
@@ -150,7 +150,7 @@ class HandStartedFederation:
     def __init__(self, root: Path, env: dict[str, str]) -> None:
         self.root = root
         # One torch thread per ClientApp, as runtime=local sets: nodes share this machine's cores.
-        self.env = tool_env({THREADS_ENV: "1", **env})
+        self.env = tool_env({**thread_env(1), **env})
         self.procs = ProcessGroup()
         self.fleet, self.control = free_port(), free_port()
         self.nodes: dict[int, subprocess.Popen] = {}

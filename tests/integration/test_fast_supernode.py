@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from fl_system.data.node_dir import TRAIN_FILE
-from fl_system.learning.devices import THREADS_ENV
 from fl_system.records.results import MetricsLog
 from fl_system.runtime.launch.processes import alive, descendants
 from tests.integration.conftest import QUICK, HandStartedFederation, start_fl_run
@@ -141,7 +140,6 @@ def federation(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Federation]:
         **cli_env,
         "FL_STATE_DIR": str(tmp_path / "node-state"),
         "FLWR_HOME": str(tmp_path / "flwr-home"),
-        THREADS_ENV: "1",  # two nodes' ClientApps share this machine's cores, as in runtime=local
     }
     federation = Federation(tmp_path, env)
     try:

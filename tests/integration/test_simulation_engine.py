@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from fl_system.learning.devices import POOL_ENVS
 from fl_system.records.checkpoint import load_checkpoint
 from fl_system.runtime.launch import LaunchError
 from fl_system.runtime.launch.simulation import EngineSettings, SimulationRuntime, _Engine
@@ -97,6 +98,29 @@ def test_an_engine_that_died_before_its_run_is_one_clear_error(tmp_path: Path) -
             engine.submit(tmp_path / "config.json", log)
     finally:
         engine.stop()
+
+
+def test_the_engine_sizes_its_thread_pools_unless_the_user_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine and the workers it forks share the cores: torch's, OpenMP's and the BLAS
+    pools get runtime.torch_threads threads each, read when they load; a pool's variable the
+    user set is theirs."""
+    for name in POOL_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    engine = _Engine(EngineSettings(1.0, 0.0, 2, "process", None), tmp_path / "serverapp.log")
+    try:
+        environ = Path(f"/proc/{engine.process.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        engine.stop()
+    pools = dict(v.decode().split("=", 1) for v in environ if v.split(b"=")[0].endswith(b"THREADS"))
+    assert pools == {
+        "FL_TORCH_THREADS": "2",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "OPENBLAS_NUM_THREADS": "3",
+    }
 
 
 def test_gpu_shares_on_a_machine_without_cuda_are_refused_before_anything_starts() -> None:

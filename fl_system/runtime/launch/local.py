@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from fl_system.data.cache_root import default_cache_root
-from fl_system.learning.devices import THREADS_ENV
+from fl_system.learning.devices import thread_env
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime import startup
 from fl_system.runtime.launch import LaunchError
@@ -107,7 +107,7 @@ class _Federation:
         self.env = tool_env(
             {
                 "FLWR_HOME": str(self.flwr_home),
-                THREADS_ENV: str(runtime.torch_threads),
+                **thread_env(runtime.torch_threads),
                 HEARTBEAT_ENV: str(NODE_HEARTBEAT),
             }
         )

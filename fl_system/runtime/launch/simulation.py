@@ -24,7 +24,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from fl_system.learning.devices import THREADS_ENV
+from fl_system.learning.devices import thread_env
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime.launch import LaunchError, keep_warm, ray_cluster
 from fl_system.runtime.launch.client_state import discard_finished
@@ -129,7 +129,7 @@ class _Engine:
             settings.backend,
             settings.address or "",
         ]
-        env = tool_env({THREADS_ENV: str(settings.torch_threads), "RAY_DEDUP_LOGS": "0"})
+        env = tool_env({**thread_env(settings.torch_threads), "RAY_DEDUP_LOGS": "0"})
         with theirs:
             self.process = self.procs.start(
                 "simulation", cmd, log, env, pass_fds=(theirs.fileno(),)
