@@ -9,7 +9,8 @@ see `subprocess.Popen`: a pid to signal, an exit code, pipes or files for its ou
 
 The child's clock starts at the fork (fl-run's clock counts from its own process's start), and
 its argv[0] is the console script's path, as Hydra sees it when started by name. Whatever fl-run
-starts (SuperLink, SuperNodes, launchers, the simulation engine) is started by name as always.
+starts (SuperLink, SuperNodes, launchers) is started by name as always; fl-run forks its simulation
+engine, which so starts with what the zygote imported.
 `FL_RUN_BY_NAME=1` starts every run by name instead, to compare.
 """
 
@@ -273,15 +274,22 @@ def _child(request: dict, fds: list[int], control: socket.socket) -> None:
 
 def _warm() -> None:
     """What every fl-run imports: itself, Hydra's plugins, the checks that build models
-    (torch), the runtimes and the run records."""
+    (torch), the runtimes and the run records; and what the simulation engine, which fl-run
+    forks, imports before its first run (Flower, torch's optimisers)."""
     import gc
     import importlib
 
+    from fl_system.runtime.warm_imports import preload
+
+    preload()
     for module in (
         "fl_system.cli",
         "fl_system.config.preflight",
         "fl_system.runtime.launch.local",
         "fl_system.runtime.launch.simulation",
+        "fl_system.runtime.launch.simulation_engine",
+        "fl_system.flower.flwr_engine",
+        "flwr.simulation",
         "fl_system.runtime.launch.remote",
         "fl_system.data.partition_cache",
         "fl_system.data.node_data",

@@ -14,7 +14,7 @@ import torch
 
 from fl_system.learning.devices import POOL_ENVS
 from fl_system.records.checkpoint import load_checkpoint
-from fl_system.runtime.launch import LaunchError
+from fl_system.runtime.launch import LaunchError, simulation
 from fl_system.runtime.launch.simulation import EngineSettings, SimulationRuntime, _Engine
 
 from .conftest import QUICK, run_cli, run_sweep
@@ -105,7 +105,9 @@ def test_the_engine_sizes_its_thread_pools_unless_the_user_did(
 ) -> None:
     """The engine and the workers it forks share the cores: torch's, OpenMP's and the BLAS
     pools get runtime.torch_threads threads each, read when they load; a pool's variable the
-    user set is theirs."""
+    user set is theirs. (An engine started by name, as a sweep's later engine is: a forked
+    one's /proc environ would be fl-run's.)"""
+    monkeypatch.setattr(simulation, "_forkable", lambda: False)
     for name in POOL_ENVS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")

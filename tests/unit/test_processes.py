@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from fl_system.runtime.launch.processes import ProcessGroup, alive, tool_env
+import pytest
+
+from fl_system.runtime.launch.processes import ForkedChild, ProcessGroup, alive, tool_env
 
 
 def test_a_childs_log_keeps_its_lines_and_drops_colour_codes(tmp_path: Path) -> None:
@@ -115,3 +118,24 @@ def test_what_a_killed_process_left_in_its_own_session_is_ended_at_stop(tmp_path
     finally:
         procs.stop()
     _wait_for(lambda: not alive(child))
+
+
+def test_a_forked_child_reports_its_exit_as_popen_does() -> None:
+    """ForkedChild (the simulation engine forked from fl-run): an exit code, or minus the
+    signal that ended it, and a wait that gives up when told."""
+    exits = []
+    for how in ("exit 3", "SIGKILL"):
+        pid = os.fork()
+        if pid == 0:
+            if how == "SIGKILL":
+                time.sleep(60)
+            os._exit(3)
+        child = ForkedChild(pid)
+        if how == "SIGKILL":
+            with pytest.raises(subprocess.TimeoutExpired):
+                child.wait(timeout=0.1)
+            assert child.poll() is None
+            os.kill(pid, signal.SIGKILL)
+        exits.append(child.wait(timeout=10))
+        assert child.poll() == child.returncode == exits[-1]
+    assert exits == [3, -signal.SIGKILL]

@@ -35,7 +35,7 @@ from typing import NoReturn
 
 import setproctitle
 
-from fl_system.runtime.launch.processes import alive, write_into
+from fl_system.runtime.launch.processes import PolledProcess, alive, write_into
 
 # The commands it starts, and the module whose main() each one is (pyproject's scripts)
 COMMANDS = {
@@ -45,26 +45,16 @@ COMMANDS = {
 REAP_SECONDS = 0.1  # how often the forker looks for children that ended
 
 
-class ForkedProcess:
-    """A process the forker started: what ProcessGroup uses of `subprocess.Popen`."""
+class ForkedProcess(PolledProcess):
+    """A process the forker started: its exit comes from the forker."""
 
     def __init__(self, pid: int, forker: FlowerForker) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
+        super().__init__(pid)
         self._forker = forker
 
     def poll(self) -> int | None:
         if self.returncode is None:
             self.returncode = self._forker.exit_code(self.pid)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            time.sleep(0.02)
-        assert self.returncode is not None
         return self.returncode
 
 

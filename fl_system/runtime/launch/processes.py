@@ -60,6 +60,38 @@ STOP_GRACE = 10.0  # seconds a stopped process gets after SIGINT before SIGKILL
 ORPHAN_GRACE = 3.0  # seconds a helper in its own session gets to end by itself after that
 
 
+class PolledProcess:
+    """A process not started by `subprocess.Popen`, with what ProcessGroup uses of one (pid,
+    returncode, poll, wait); subclasses say in `poll` whether and how it ended."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class ForkedChild(PolledProcess):
+    """A child this process forked (`os.fork`): its exit comes from `os.waitpid`."""
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
 class Spawner(Protocol):
     """Starts a command some other way than `subprocess.Popen` (a node forked from a warm
     process): returns what ProcessGroup uses of a Popen (pid, poll, wait); the process

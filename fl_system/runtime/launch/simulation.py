@@ -1,8 +1,9 @@
 """runtime=simulation: Flower's simulation engine, num_clients virtual SuperNodes.
 
-The engine (`simulation_engine`) runs in a child process of its own session, so everything it
-starts (forked ClientApp workers, or a private Ray's helpers) forms one process group that is
-torn down as a whole on failure, Ctrl-C or SIGTERM. With `runtime.address` it joins a Ray
+The engine (`simulation_engine`) runs in a child process of its own session (fl-run forks it;
+a sweep's later engine is started by name), so everything it starts (forked ClientApp workers,
+or a private Ray's helpers) forms one process group that is torn down as a whole on failure,
+Ctrl-C or SIGTERM. With `runtime.address` it joins a Ray
 cluster that runs already (`ray_cluster`) and starts nothing there: tearing its group down
 ends only its Ray job. It starts while fl-run checks the data, and after a
 completed run it stays warm for the next member of a `-m` sweep with the same engine settings;
@@ -13,22 +14,30 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import select
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+import setproctitle
 from omegaconf import DictConfig
+from threadpoolctl import threadpool_limits
 
 from fl_system.learning.devices import thread_env
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime.launch import LaunchError, keep_warm, ray_cluster
 from fl_system.runtime.launch.client_state import discard_finished
-from fl_system.runtime.launch.processes import ProcessGroup, tool_env
+from fl_system.runtime.launch.processes import ForkedChild, ProcessGroup, tool_env, write_into
 from fl_system.runtime.launch.progress import follow_run, log_end, log_tail, server_log
 from fl_system.settings.config_nodes import config_to_json
 
@@ -131,9 +140,13 @@ class _Engine:
         ]
         env = tool_env({**thread_env(settings.torch_threads), "RAY_DEDUP_LOGS": "0"})
         with theirs:
-            self.process = self.procs.start(
-                "simulation", cmd, log, env, pass_fds=(theirs.fileno(),)
-            )
+            if _forkable():
+                fork = partial(_fork_engine, theirs.fileno(), settings)
+                self.process = self.procs.start("simulation", cmd, log, env, spawner=fork)
+            else:
+                self.process = self.procs.start(
+                    "simulation", cmd, log, env, pass_fds=(theirs.fileno(),)
+                )
         self.control = ours
         self.log = log  # where it writes now
         self._received = b""
@@ -195,6 +208,73 @@ class _EngineRun:
             elif (exited := self.engine.process.poll()) is not None:
                 self.code = exited or 1
         return self.code
+
+
+def _forkable() -> bool:
+    """fl-run may fork the engine: it is fl-run's first, started once the config is checked,
+    before fl-run ran any torch operation (whose OpenMP pool a child cannot use), and fl-run
+    runs no other thread, whose locks a child would inherit held. A later engine (a sweep
+    member with other engine settings) is started by name."""
+    first = not _started
+    _started.append(True)
+    return first and threading.active_count() == 1
+
+
+_started: list[bool] = []  # an engine was started by this process
+
+
+def _fork_engine(
+    control_fd: int, settings: EngineSettings, cmd: list[str], log: Path, env: dict[str, str]
+) -> ForkedChild:
+    """ProcessGroup's spawner for the engine: a fork of fl-run, which skips a fresh
+    interpreter's start and whatever fl-run imported already (its config stack; torch and
+    Flower when fl-run runs in a Python process that imported them). The child is what `cmd`
+    would start: its own session, `env`, output into `log`, no descriptor of fl-run's but
+    `control_fd`, and thread pools sized again (those loaded before the fork kept fl-run's)."""
+    pid = os.fork()
+    if pid:
+        return ForkedChild(pid)
+    code = 1
+    try:
+        os.setsid()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # fl-run's handlers are not the engine's
+            signal.signal(sig, signal.SIG_DFL)
+        write_into(log)
+        sys.stdout.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED has it by name
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.closerange(3, control_fd)
+        os.closerange(control_fd + 1, os.sysconf("SC_OPEN_MAX"))
+        _fresh_logging()
+        os.environ.clear()
+        os.environ.update(env)
+        setproctitle.setproctitle(" ".join(cmd))
+        threadpool_limits(settings.torch_threads)
+        from fl_system.runtime.launch import simulation_engine
+
+        code = simulation_engine.main(
+            control_fd,
+            settings.client_cpus,
+            settings.client_gpus,
+            settings.backend,
+            settings.address or "",
+        )
+    except BaseException:  # the child never returns into fl-run
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _fresh_logging() -> None:
+    """Logging as a new interpreter has it: fl-run's Hydra config (root at ERROR, no handler,
+    every logger that existed then disabled) would silence the ServerApp's warnings."""
+    logging.root.handlers.clear()
+    logging.root.setLevel(logging.WARNING)
+    for logger in logging.Logger.manager.loggerDict.values():
+        if isinstance(logger, logging.Logger):
+            logger.disabled = False
 
 
 def _cuda_gpus() -> int:
