@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.runtime.launch.processes import ForkedChild, ProcessGroup, alive, tool_env
+from fl_system.runtime.launch.processes import (
+    ForkedChild,
+    ProcessGroup,
+    alive,
+    fork_session,
+    tool_env,
+)
 
 
 def test_a_childs_log_keeps_its_lines_and_drops_colour_codes(tmp_path: Path) -> None:
@@ -139,3 +145,15 @@ def test_a_forked_child_reports_its_exit_as_popen_does() -> None:
         exits.append(child.wait(timeout=10))
         assert child.poll() == child.returncode == exits[-1]
     assert exits == [3, -signal.SIGKILL]
+
+
+def test_a_forked_session_can_be_signalled_the_moment_the_fork_returns() -> None:
+    """fork_session returns once the child leads its own process group: a stop right away
+    (a run refused just after fl-run forked its engine) reaches it instead of missing it."""
+    for _ in range(20):
+        pid = fork_session()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        os.killpg(pid, signal.SIGKILL)  # ProcessLookupError while the child had no group
+        assert ForkedChild(pid).wait(timeout=10) == -signal.SIGKILL

@@ -35,7 +35,7 @@ from typing import NoReturn
 
 import setproctitle
 
-from fl_system.runtime.launch.processes import PolledProcess, alive, write_into
+from fl_system.runtime.launch.processes import PolledProcess, alive, fork_session, write_into
 
 # The commands it starts, and the module whose main() each one is (pyproject's scripts)
 COMMANDS = {
@@ -152,7 +152,7 @@ def _end(children: set[int], grace: float = 5.0) -> None:
 
 
 def _fork(request: dict, control: socket.socket) -> int:
-    pid = os.fork()
+    pid = fork_session()
     if pid == 0:
         _run(request, control)
     return pid
@@ -163,7 +163,6 @@ def _run(request: dict, control: socket.socket) -> NoReturn:
     code = 1
     try:
         control.close()
-        os.setsid()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         write_into(Path(request["log"]))
         devnull = os.open(os.devnull, os.O_RDONLY)

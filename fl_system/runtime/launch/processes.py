@@ -60,6 +60,23 @@ STOP_GRACE = 10.0  # seconds a stopped process gets after SIGINT before SIGKILL
 ORPHAN_GRACE = 3.0  # seconds a helper in its own session gets to end by itself after that
 
 
+def fork_session() -> int:
+    """`os.fork`, the child leading a session of its own before the parent goes on, so that
+    a ProcessGroup's `killpg` reaches it from the start (a stop right after the fork would
+    otherwise miss it); 0 in the child, the child's pid in the parent."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        os.setsid()
+        os.close(write_end)  # the parent's read returns
+        return 0
+    os.close(write_end)
+    os.read(read_end, 1)  # end of file once the child leads its session (or died)
+    os.close(read_end)
+    return pid
+
+
 class PolledProcess:
     """A process not started by `subprocess.Popen`, with what ProcessGroup uses of one (pid,
     returncode, poll, wait); subclasses say in `poll` whether and how it ended."""

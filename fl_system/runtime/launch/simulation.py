@@ -37,7 +37,13 @@ from fl_system.learning.devices import thread_env
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime.launch import LaunchError, keep_warm, ray_cluster
 from fl_system.runtime.launch.client_state import discard_finished
-from fl_system.runtime.launch.processes import ForkedChild, ProcessGroup, tool_env, write_into
+from fl_system.runtime.launch.processes import (
+    ForkedChild,
+    ProcessGroup,
+    fork_session,
+    tool_env,
+    write_into,
+)
 from fl_system.runtime.launch.progress import follow_run, log_end, log_tail, server_log
 from fl_system.settings.config_nodes import config_to_json
 
@@ -231,12 +237,11 @@ def _fork_engine(
     Flower when fl-run runs in a Python process that imported them). The child is what `cmd`
     would start: its own session, `env`, output into `log`, no descriptor of fl-run's but
     `control_fd`, and thread pools sized again (those loaded before the fork kept fl-run's)."""
-    pid = os.fork()
+    pid = fork_session()
     if pid:
         return ForkedChild(pid)
     code = 1
     try:
-        os.setsid()
         for sig in (signal.SIGINT, signal.SIGTERM):  # fl-run's handlers are not the engine's
             signal.signal(sig, signal.SIG_DFL)
         write_into(log)
@@ -246,9 +251,9 @@ def _fork_engine(
         os.closerange(3, control_fd)
         os.closerange(control_fd + 1, os.sysconf("SC_OPEN_MAX"))
         _fresh_logging()
+        setproctitle.setproctitle(" ".join(cmd))  # while fl-run's environment is intact
         os.environ.clear()
         os.environ.update(env)
-        setproctitle.setproctitle(" ".join(cmd))
         threadpool_limits(settings.torch_threads)
         from fl_system.runtime.launch import simulation_engine
 
