@@ -3,11 +3,11 @@
 The engine (`simulation_engine`) runs in a child process of its own session (fl-run forks it;
 a sweep's later engine is started by name), so everything it starts (forked ClientApp workers,
 or a private Ray's helpers) forms one process group that is torn down as a whole on failure,
-Ctrl-C or SIGTERM. With `runtime.address` it joins a Ray
-cluster that runs already (`ray_cluster`) and starts nothing there: tearing its group down
-ends only its Ray job. It starts while fl-run checks the data, and after a
-completed run it stays warm for the next member of a `-m` sweep with the same engine settings;
-fl-run ends it when it exits (`fl_system.runtime.launch.release_warm`).
+Ctrl-C or SIGTERM. With `runtime.address` it joins a Ray cluster that runs already
+(`ray_cluster`) and starts nothing there: tearing its group down ends only its Ray job. It
+starts while fl-run checks the data, and after a completed run it stays warm for the next
+member of a `-m` sweep with the same engine settings; fl-run ends it when it exits
+(`fl_system.runtime.launch.release_warm`).
 """
 
 from __future__ import annotations
