@@ -149,7 +149,8 @@ def test_a_forked_child_reports_its_exit_as_popen_does() -> None:
 
 def test_a_forked_session_can_be_signalled_the_moment_the_fork_returns() -> None:
     """fork_session returns once the child leads its own process group: a stop right away
-    (a run refused just after fl-run forked its engine) reaches it instead of missing it."""
+    (a run refused just after fl-run forked its engine) reaches it instead of missing it.
+    The child's SIGINT and SIGTERM are at their default actions, not the parent's handlers."""
     for _ in range(20):
         pid = fork_session()
         if pid == 0:
@@ -157,3 +158,12 @@ def test_a_forked_session_can_be_signalled_the_moment_the_fork_returns() -> None
             os._exit(0)
         os.killpg(pid, signal.SIGKILL)  # ProcessLookupError while the child had no group
         assert ForkedChild(pid).wait(timeout=10) == -signal.SIGKILL
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        pid = fork_session()
+        if pid == 0:
+            handlers = {signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+            os._exit(0 if handlers == {signal.SIG_DFL} else 1)
+        assert ForkedChild(pid).wait(timeout=10) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

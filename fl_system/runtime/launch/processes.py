@@ -63,17 +63,28 @@ ORPHAN_GRACE = 3.0  # seconds a helper in its own session gets to end by itself 
 def fork_session() -> int:
     """`os.fork`, the child leading a session of its own before the parent goes on, so that
     a ProcessGroup's `killpg` reaches it from the start (a stop right after the fork would
-    otherwise miss it); 0 in the child, the child's pid in the parent."""
+    otherwise miss it); 0 in the child, the child's pid in the parent. The child starts with
+    SIGINT and SIGTERM at their default actions (the parent's handlers are not its own: a
+    Ctrl-C meant for fl-run must not run fl-run's handling in its engine); one that came
+    during the fork is held until then."""
+    stops = {signal.SIGINT, signal.SIGTERM}
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
         os.setsid()
+        for sig in stops:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.close(write_end)  # the parent's read returns
         return 0
-    os.close(write_end)
-    os.read(read_end, 1)  # end of file once the child leads its session (or died)
-    os.close(read_end)
+    try:
+        os.close(write_end)
+        os.read(read_end, 1)  # end of file once the child leads its session (or died)
+    finally:
+        os.close(read_end)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return pid
 
 

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -242,8 +241,6 @@ def _fork_engine(
         return ForkedChild(pid)
     code = 1
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # fl-run's handlers are not the engine's
-            signal.signal(sig, signal.SIG_DFL)
         write_into(log)
         sys.stdout.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED has it by name
         devnull = os.open(os.devnull, os.O_RDONLY)
