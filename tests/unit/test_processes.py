@@ -12,13 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.runtime.launch.processes import (
-    ForkedChild,
-    ProcessGroup,
-    alive,
-    fork_session,
-    tool_env,
-)
+from fl_system.runtime.launch.forks import ForkedChild, fork_session
+from fl_system.runtime.launch.processes import ProcessGroup, alive, tool_env
 
 
 def test_a_childs_log_keeps_its_lines_and_drops_colour_codes(tmp_path: Path) -> None:

@@ -28,14 +28,14 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 import setproctitle
 
-from fl_system.runtime.launch.processes import PolledProcess, alive, fork_session, write_into
+from fl_system.runtime.launch.forks import PolledProcess, become, exit_with, fork_session
+from fl_system.runtime.launch.processes import alive
 
 # The commands it starts, and the module whose main() each one is (pyproject's scripts)
 COMMANDS = {
@@ -160,25 +160,16 @@ def _fork(request: dict, control: socket.socket) -> int:
 
 def _run(request: dict, control: socket.socket) -> NoReturn:
     """The child: `<command> <argv>` with the request's log and environment."""
-    code = 1
-    try:
+
+    def command() -> int:
         control.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        write_into(Path(request["log"]))
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        os.environ.clear()
-        os.environ.update(request["env"])
         sys.argv = [request["command"], *request["argv"]]
-        setproctitle.setproctitle(" ".join(sys.argv))  # ps shows what it is, not the forker
-        code = importlib.import_module(COMMANDS[request["command"]]).main(request["argv"])
-    except BaseException:  # a child never returns into the forker's loop
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # ps shows what it is, not the forker
+        become(" ".join(sys.argv), Path(request["log"]), request["env"])
+        return importlib.import_module(COMMANDS[request["command"]]).main(request["argv"])
+
+    exit_with(command)
 
 
 def main() -> None:

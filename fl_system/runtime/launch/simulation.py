@@ -22,13 +22,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import setproctitle
 from omegaconf import DictConfig
 from threadpoolctl import threadpool_limits
 
@@ -36,13 +34,8 @@ from fl_system.learning.devices import thread_env
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime.launch import LaunchError, keep_warm, ray_cluster
 from fl_system.runtime.launch.client_state import discard_finished
-from fl_system.runtime.launch.processes import (
-    ForkedChild,
-    ProcessGroup,
-    fork_session,
-    tool_env,
-    write_into,
-)
+from fl_system.runtime.launch.forks import ForkedChild, become, exit_with, fork_session
+from fl_system.runtime.launch.processes import ProcessGroup, tool_env
 from fl_system.runtime.launch.progress import follow_run, log_end, log_tail, server_log
 from fl_system.settings.config_nodes import config_to_json
 
@@ -239,34 +232,25 @@ def _fork_engine(
     pid = fork_session()
     if pid:
         return ForkedChild(pid)
-    code = 1
-    try:
-        write_into(log)
+
+    def engine() -> int:
+        become(" ".join(cmd), log, env)
         sys.stdout.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED has it by name
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
         os.closerange(3, control_fd)
         os.closerange(control_fd + 1, os.sysconf("SC_OPEN_MAX"))
         _fresh_logging()
-        setproctitle.setproctitle(" ".join(cmd))  # while fl-run's environment is intact
-        os.environ.clear()
-        os.environ.update(env)
         threadpool_limits(settings.torch_threads)
         from fl_system.runtime.launch import simulation_engine
 
-        code = simulation_engine.main(
+        return simulation_engine.main(
             control_fd,
             settings.client_cpus,
             settings.client_gpus,
             settings.backend,
             settings.address or "",
         )
-    except BaseException:  # the child never returns into fl-run
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+
+    exit_with(engine)
 
 
 def _fresh_logging() -> None:
