@@ -26,7 +26,7 @@ from flwr.app import ArrayRecord, Error, Message, Metadata
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-from fl_system.flower import flwr_hooks
+from fl_system.flower import flwr_hooks, object_pulls
 from fl_system.flower.flwr_hooks import WireSize
 from fl_system.messages import protocol, wire
 
@@ -91,6 +91,7 @@ def _push_and_pull(
     """The replies and their bytes by sender; each is counted and unpacked as it arrives, not
     at the end."""
     flwr_hooks.abandon_replies_of_dead_senders(lambda node: node in set(grid.get_node_ids()))
+    object_pulls.retry_sooner("serverapp")
     ids = list(grid.push_messages(messages))
     sent_to = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
     pending = set(ids)

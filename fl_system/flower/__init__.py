@@ -1,6 +1,7 @@
 """What this project relies on inside flwr that is not public API, each hook checked against
 the installed version: `flwr_hooks` (SuperNode, SuperLink, wire sizes), `flwr_engine` (the
-simulation engine), `flwr_tasks` (the ClientApp launcher's tasks)."""
+simulation engine), `flwr_tasks` (the ClientApp launcher's tasks), `object_pulls` (retries of
+objects still uploading)."""
 
 from __future__ import annotations
 

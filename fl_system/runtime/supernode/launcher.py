@@ -333,11 +333,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         wake_fd = bind_socket(args.socket) if args.socket else args.wake_fd
         seconds = preload()
-        from fl_system.flower import flwr_tasks
+        from fl_system.flower import flwr_tasks, object_pulls
         from fl_system.runtime import flwr_check
 
         flwr_check.check()
         flwr_tasks.install_fab_cache()
+        object_pulls.retry_sooner("clientapp")  # the forked ClientApps inherit it
         if args.socket:
             launcher = Launcher(wake_fd, args.parent_pid, shared=True)
             if args.serverapp_api_address:
