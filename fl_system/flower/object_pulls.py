@@ -16,6 +16,8 @@ import importlib
 import inspect
 from collections.abc import Callable
 
+from flwr.supercore.inflatable import inflatable_utils
+
 FIRST_RETRY = 0.02  # seconds before the first retry of an object still uploading
 
 # who pulls -> (the Flower module it pulls in, the name that module calls the pull by)
@@ -27,14 +29,15 @@ PULLERS = {
 
 
 def problems() -> list[str]:
-    """What moved in the installed flwr of the pulls changed here."""
+    """What moved in the installed flwr of the pulls changed here (Flower's own functions are
+    read: the modules may hold our wrappers already)."""
     found = []
     for module_name, name in PULLERS.values():
-        pull = getattr(importlib.import_module(module_name), name, None)
-        if pull is None:
+        if not hasattr(importlib.import_module(module_name), name):
             found.append(f"{module_name} no longer calls {name}")
-        elif "initial_backoff" not in inspect.signature(pull).parameters:
-            found.append(f"{module_name}.{name} no longer takes initial_backoff")
+        pull = getattr(inflatable_utils, name, None)
+        if pull is None or "initial_backoff" not in inspect.signature(pull).parameters:
+            found.append(f"{inflatable_utils.__name__}.{name} no longer takes initial_backoff")
     return found
 
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from flwr.supercore.constant import PULL_INITIAL_BACKOFF
+from flwr.supercore.inflatable import inflatable_utils
 from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
 
 from fl_system.flower import object_pulls
@@ -73,6 +74,16 @@ def test_a_pull_that_moved_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     module_name, name = PULLERS["clientapp"]
     monkeypatch.delattr(importlib.import_module(module_name), name)
     assert object_pulls.problems() == [f"{module_name} no longer calls {name}"]
-    module_name, name = PULLERS["serverapp"]
-    monkeypatch.setattr(importlib.import_module(module_name), name, lambda ids, fn: {})
-    assert f"{module_name}.{name} no longer takes initial_backoff" in object_pulls.problems()
+    monkeypatch.setattr(inflatable_utils, "pull_objects", lambda ids, fn: {})
+    said = "flwr.supercore.inflatable.inflatable_utils.pull_objects no longer takes initial_backoff"
+    assert said in object_pulls.problems()
+
+
+def test_our_own_wrappers_are_not_taken_for_a_changed_flwr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for puller, (module_name, name) in PULLERS.items():
+        module = importlib.import_module(module_name)
+        monkeypatch.setattr(module, name, getattr(module, name))
+        object_pulls.retry_sooner(puller)  # as a node, a launcher or a ServerApp has them
+    assert object_pulls.problems() == []
