@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +114,7 @@ def test_the_engine_sizes_its_thread_pools_unless_the_user_did(
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
     engine = _Engine(EngineSettings(1.0, 0.0, 2, "process", None), tmp_path / "serverapp.log")
     try:
-        environ = Path(f"/proc/{engine.process.pid}/environ").read_bytes().split(b"\0")
+        environ = _environ(engine.process.pid)
     finally:
         engine.stop()
     pools = dict(v.decode().split("=", 1) for v in environ if v.split(b"=")[0].endswith(b"THREADS"))
@@ -123,6 +124,16 @@ def test_the_engine_sizes_its_thread_pools_unless_the_user_did(
         "MKL_NUM_THREADS": "2",
         "OPENBLAS_NUM_THREADS": "3",
     }
+
+
+def _environ(pid: int, timeout: float = 10.0) -> list[bytes]:
+    """A started process's environment. Popen returns once the exec began; /proc reads an
+    empty environment until the kernel has set the new program's up, a moment later."""
+    deadline = time.monotonic() + timeout
+    while not (environ := Path(f"/proc/{pid}/environ").read_bytes()):
+        assert time.monotonic() < deadline, f"pid {pid}'s environment still empty"
+        time.sleep(0.01)
+    return environ.split(b"\0")
 
 
 def test_gpu_shares_on_a_machine_without_cuda_are_refused_before_anything_starts() -> None:
