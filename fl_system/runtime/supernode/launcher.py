@@ -36,13 +36,13 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
+from fl_system.runtime.launch.forks import exit_with
 from fl_system.runtime.launch.processes import alive
 from fl_system.runtime.warm_imports import PRELOAD, preload
 
@@ -276,10 +276,10 @@ class Launcher:
                 say(took, node.out)
 
 
-def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> None:
+def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> NoReturn:
     """In the forked child: Flower's ClientApp runtime for this task, then exit."""
-    code = 1
-    try:
+
+    def task() -> int:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
@@ -293,20 +293,17 @@ def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> None:
         for name in [m for m in sys.modules if m.split(".")[0] in APP_PACKAGES]:
             del sys.modules[name]
         # Flower's runtime exits when this pid is gone: the node (fl-run for a ServerApp)
-        spec = dataclasses.replace(spec, parent_pid=node.pid)
+        task_spec = dataclasses.replace(spec, parent_pid=node.pid)
         kind = "serverapp" if node.serverapp else "clientapp"
         setproctitle.setproctitle(f"fl_system {kind} task {spec.task_id} (for pid {node.pid})")
         run = launcher.hooks.run_serverapp if node.serverapp else launcher.hooks.run_clientapp
-        run(spec)
-        code = 0
-    except SystemExit as done:  # Flower's runtime ends with flwr_exit
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        try:
+            run(task_spec)
+        except SystemExit as done:  # Flower's runtime ends with flwr_exit
+            return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        return 0
+
+    exit_with(task)
 
 
 def _describe(status: int) -> str:
