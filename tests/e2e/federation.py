@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fl_system.deploy import certs
+from fl_system.learning.devices import thread_env
 from fl_system.records.results import read_rows
 from fl_system.runtime.launch.processes import ProcessGroup, alive
 from tests.e2e.netns import Host, hosts
@@ -88,7 +89,8 @@ class Federation:
 def started_federation(work: Path, clients: Sequence[str]) -> Iterator[Federation]:
     """fl-server on host "server" (keys supernode-0..4 registered, --enroll-dir work/enroll)
     and empty hosts `clients`; every process started through it is gone afterwards."""
-    env = dict(os.environ)
+    # One torch/BLAS thread per process: the "machines" share this one's cores.
+    env = {**os.environ, **thread_env(1)}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["FL_CACHE_DIR"] = str(work / "node-cache")
     env["FL_STATE_DIR"] = str(work / "client-state")
