@@ -18,6 +18,7 @@ SuperNodes of a SuperLink that runs (`fl_system.deploy.members`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -48,6 +49,7 @@ from fl_system.runtime.superlink import LOG_ENV, LOG_LEVELS
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 STARTUP_SECONDS = 60.0
+LAUNCHER_STOP_SECONDS = 5.0  # a stopped launcher ends its ServerApps and closes its clients
 MEMBER_COMMANDS = ("register", "unregister", "nodes")  # fl-server register KEY.pub ...
 READY_FILE = "ready"  # in --state-dir while the SuperLink serves with every key registered
 
@@ -219,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     )
     proc = start_piped(superlink_command(args, tls, appio_port), env)
     outputs = [_echo_in_background(p) for p in (launcher, proc)]
-    stop = _forward_stop_signals(proc)
+    stopper = _Stopper(proc, launcher)
     try:
         _wait_ports(proc, [fleet_port, control_port])
         ca = tls[0] if tls else None
@@ -235,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         while (code := proc.poll()) is None:
             if args.enroll_dir is not None:
                 enrolled |= enroll(args.enroll_dir, enrolled, control_port, ca)
-            if launcher.poll() is not None:
+            if launcher.poll() is not None and not stopper.stopping:
                 raise DeployError(
                     f"the ServerApp launcher exited with code {launcher.returncode} (its output "
                     "is above); no run could start, so the SuperLink was stopped"
@@ -246,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             output.join(timeout=5)
         return code
     except BaseException:
-        stop()
+        stopper.stop()
         raise
     finally:
         ready.unlink(missing_ok=True)
@@ -282,27 +284,41 @@ def _wait_ports(proc: subprocess.Popen, ports: list[int]) -> None:
         time.sleep(0.2)
 
 
-def _forward_stop_signals(proc: subprocess.Popen):
-    """SIGTERM/SIGINT reach the SuperLink as SIGINT (a SuperLink ignores SIGTERM); the main
-    thread's `proc.wait()` then returns. The returned function stops it from anywhere else."""
+class _Stopper:
+    """Ends the launcher, then the SuperLink: on SIGTERM/SIGINT (the SuperLink gets SIGINT; it
+    ignores SIGTERM), after which the main thread's `proc.poll()` says it ended, or on `stop()`
+    from anywhere else.
 
-    def on_signal(signum: int, frame: object) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+    The launcher goes first, while the SuperLink still answers it: one that finds the SuperLink
+    gone mid-call retries for 10 s (Flower's HTTP client) before it looks at its signal."""
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    def __init__(self, proc: subprocess.Popen, launcher: subprocess.Popen) -> None:
+        self.proc, self.launcher = proc, launcher
+        self.stopping = False  # the launcher's exit is ours, not a failure
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
 
-    def stop() -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+    def on_signal(self, signum: int, frame: object) -> None:
+        self._stop_launcher()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+    def stop(self) -> None:
+        self.on_signal(signal.SIGINT, None)
+        if self.proc.poll() is None:
             try:
-                proc.wait(timeout=20)
+                self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                self.proc.kill()
+                self.proc.wait()
 
-    return stop
+    def _stop_launcher(self) -> None:
+        """SIGTERM the launcher and give it LAUNCHER_STOP_SECONDS (`_end` kills it if not)."""
+        self.stopping = True
+        if self.launcher.poll() is None:
+            self.launcher.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.launcher.wait(timeout=LAUNCHER_STOP_SECONDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
