@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import ArrayRecord, Error, Message, Metadata
 from flwr.common.constant import ErrorCode
@@ -29,6 +30,9 @@ from flwr.serverapp import Grid
 from fl_system.flower import flwr_hooks, object_pulls
 from fl_system.flower.flwr_hooks import WireSize
 from fl_system.messages import protocol, wire
+
+if TYPE_CHECKING:
+    from flwr.supercore.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -90,21 +94,12 @@ def _push_and_pull(
 ) -> tuple[list[Message], dict[int, WireSize]]:
     """The replies and their bytes by sender; each is counted and unpacked as it arrives, not
     at the end."""
-    flwr_hooks.abandon_replies_of_dead_senders(lambda node: node in set(grid.get_node_ids()))
-    object_pulls.retry_sooner("serverapp")
     ids = list(grid.push_messages(messages))
     sent_to = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
-    pending = set(ids)
-    deadline = time.monotonic() + timeout
     replies: list[Message] = []
     up_by_node: dict[int, WireSize] = {}
-    wait, pulls, pulling = FIRST_POLL_SECONDS, 0, 0.0
-    while pending:
-        start = time.monotonic()
-        got = [_attributed(r, sent_to) for r in grid.pull_messages(pending)]
-        pulls, pulling = pulls + 1, pulling + time.monotonic() - start
-        pending.difference_update(m.metadata.reply_to_message_id for m in got)
-        for reply in got:
+    for got in arrivals(grid, ids, timeout):
+        for reply in (_attributed(r, sent_to) for r in got):
             if not reply.has_error():
                 size = flwr_hooks.wire_sizes([reply])[0]
                 up_by_node[reply.metadata.src_node_id] = size
@@ -113,11 +108,72 @@ def _push_and_pull(
                 else:
                     reply.content = wire.unpack(reply.content)
             replies.append(reply)
+    return replies, up_by_node
+
+
+def arrivals(grid: Grid, message_ids: Iterable[str], timeout: float) -> Iterator[list[Message]]:
+    """The replies to `message_ids` as they arrive, for at most `timeout` seconds: pulled at
+    once, then after waits that double from FIRST_POLL_SECONDS up to what `poll_wait` allows.
+
+    A reply whose sender dies while uploading it becomes an error once the sender is offline
+    (`flwr_hooks.abandon_replies_of_dead_senders`)."""
+    flwr_hooks.abandon_replies_of_dead_senders(lambda node: node in set(grid.get_node_ids()))
+    object_pulls.retry_sooner("serverapp")
+    pending = set(message_ids)
+    deadline = time.monotonic() + timeout
+    wait, pulls, pulling = FIRST_POLL_SECONDS, 0, 0.0
+    while pending:
+        start = time.monotonic()
+        got = list(grid.pull_messages(pending))
+        pulls, pulling = pulls + 1, pulling + time.monotonic() - start
+        pending.difference_update(m.metadata.reply_to_message_id for m in got)
+        if got:
+            yield got
         if not pending or time.monotonic() >= deadline:
-            break
+            return
         time.sleep(wait)
         wait = poll_wait(wait, pulling / pulls)
-    return replies, up_by_node
+
+
+class QuickGrid(Grid):
+    """`grid`, whose `send_and_receive` pulls replies as `arrivals` does (Flower's grids wait
+    3 s between pulls, most of a round on a small model). Our strategies run Flower's own
+    `Strategy.start` on it; everything else is `grid`'s.
+
+    Parameters
+    ----------
+    grid : Grid
+        The grid the ServerApp was given.
+    """
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+
+    def set_run(self, run: Run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.grid.run
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        return self.grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        ids = list(self.grid.push_messages(messages))
+        limit = float("inf") if timeout is None else timeout
+        return [reply for got in arrivals(self.grid, ids, limit) for reply in got]
 
 
 def _refused(reply: Message, size: int, limit: int) -> Message:

@@ -1,7 +1,10 @@
 """One exchange on a stand-in Grid: an error the SuperLink writes for a node names that node;
-a reply above the size limit is refused unread."""
+a reply above the size limit is refused unread; replies are pulled as they arrive, under
+Flower's own `Strategy.start` too."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -18,10 +21,12 @@ from flwr.app import (
 )
 from flwr.common.constant import ErrorCode
 from flwr.server.superlink.linkstate.utils import NODE_UNAVAILABLE_ERROR_REASON
+from flwr.serverapp.strategy import Strategy
 
 from client_app import incoming
 from fl_system.messages import wire
-from server_app.exchange import REPLY_TOO_LARGE, Courier, exchange
+from server_app.exchange import REPLY_TOO_LARGE, Courier, QuickGrid, exchange
+from server_app.strategies.fedavg import FedAvg
 
 SUPERLINK = 1  # Flower's own node id for the SuperLink
 
@@ -148,3 +153,58 @@ def test_a_node_whose_clientapp_lost_its_handshake_is_noted_gone_and_a_failing_o
     assert courier.take_gone() == {4711}
     courier.note_gone([_clientapp_error("m2", 99, lost.value)])  # Flower's own training loop
     assert courier.take_gone() == {99}
+
+
+class _SlowGrid(_Grid):
+    """Replies come 50 ms after the push; pulls are counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pulls = 0
+        self.ready_at = float("inf")
+
+    def push_messages(self, messages: list[Message]) -> list[str]:
+        self.ready_at = time.monotonic() + 0.05
+        return super().push_messages(messages)
+
+    def pull_messages(self, ids) -> list[Message]:
+        self.pulls += 1
+        return super().pull_messages(ids) if time.monotonic() >= self.ready_at else []
+
+    def get_node_ids(self) -> list[int]:
+        return [4711, 815]
+
+
+def test_the_quick_grid_returns_replies_as_they_arrive_and_stops_at_the_timeout() -> None:
+    """Flower's grid pulls every 3 s: a round whose replies come after 50 ms took 3 s."""
+    grid = _SlowGrid()
+    grid.replies = [_reply_to("m0", 4711, 10), _reply_to("m1", 815, 10)]
+    start = time.monotonic()
+    replies = QuickGrid(grid).send_and_receive([_sent(4711), _sent(815)], timeout=60)
+    assert [r.metadata.reply_to_message_id for r in replies] == ["m0", "m1"]
+    assert time.monotonic() - start < 0.5 and grid.pulls >= 2
+    grid.replies = [_reply_to("m0", 4711, 10)]  # m1 never answered
+    start = time.monotonic()
+    replies = QuickGrid(grid).send_and_receive([_sent(4711), _sent(815)], timeout=0.3)
+    assert [r.metadata.reply_to_message_id for r in replies] == ["m0"]
+    assert 0.3 <= time.monotonic() - start < 1.0
+
+
+def test_the_quick_grid_is_the_grid_it_wraps_for_everything_else() -> None:
+    grid = _SlowGrid()
+    quick = QuickGrid(grid)
+    assert quick.get_node_ids() == [4711, 815]
+    assert quick.push_messages([_sent(1)]) == ["m0"]
+    grid.replies, grid.ready_at = [_reply_to("m0", 1, 1)], 0.0
+    assert [r.metadata.reply_to_message_id for r in quick.pull_messages(["m0"])] == ["m0"]
+
+
+def test_our_strategies_run_flowers_start_on_the_quick_grid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = []
+    monkeypatch.setattr(Strategy, "start", lambda self, grid, *a, **k: seen.append(grid))
+    grid = _SlowGrid()
+    FedAvg(num_clients=2).start(grid, ArrayRecord(), num_rounds=1)
+    (used,) = seen
+    assert isinstance(used, QuickGrid) and used.grid is grid
