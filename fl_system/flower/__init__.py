@@ -1,7 +1,8 @@
 """What this project relies on inside flwr that is not public API, each hook checked against
 the installed version: `flwr_hooks` (SuperNode, SuperLink, wire sizes), `flwr_engine` (the
 simulation engine), `flwr_tasks` (the ClientApp launcher's tasks), `object_pulls` (retries of
-objects still uploading), `returning_nodes` (the SuperLink ends a restarted node's old work)."""
+objects still uploading), `returning_nodes` (the SuperLink ends a restarted node's old work),
+`sql_state` (the SQL SuperLink skips the SQL of calls that need none)."""
 
 from __future__ import annotations
 

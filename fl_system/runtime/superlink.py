@@ -1,7 +1,8 @@
 """`fl-superlink`: Flower's SuperLink, taking `flower-superlink`'s arguments, that accepts
 SuperNode heartbeats down to 1 s apart (Flower: 10), so that a killed SuperNode is noticed
-within seconds (see `flwr_hooks.set_node_heartbeat`), and that ends at once the work a node's
-previous process left when the node comes back (`returning_nodes`).
+within seconds (see `flwr_hooks.set_node_heartbeat`), that ends at once the work a node's
+previous process left when the node comes back (`returning_nodes`), and whose SQL state
+(`fl-server`'s) skips the SQL of calls that need none (`sql_state`).
 
 Its log leaves out the lines Flower writes for every poll and every reply of every node
 (several a second, which buried everything else in `docker compose logs`), unless
@@ -35,7 +36,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from flwr.supercore.logger import update_console_handler
 
-    from fl_system.flower import FlwrInternalsChanged, flwr_hooks, raise_if, returning_nodes
+    from fl_system.flower import (
+        FlwrInternalsChanged,
+        flwr_hooks,
+        raise_if,
+        returning_nodes,
+        sql_state,
+    )
     from fl_system.runtime import flwr_check
 
     update_console_handler(level=level.upper())
@@ -44,11 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         flwr_check.check()
-        raise_if(returning_nodes.problems())  # the SuperLink's state: SQLAlchemy, here only
+        # the SuperLink's state (SQLAlchemy): here only
+        raise_if(returning_nodes.problems() + sql_state.problems())
     except FlwrInternalsChanged as err:
         print(f"fl-superlink: error: {err}", file=sys.stderr, flush=True)
         return 2
     returning_nodes.end_work_of_returning_nodes()
+    sql_state.cheaper_calls()
     flwr_hooks.run_superlink(list(sys.argv[1:] if argv is None else argv))
     return 0
 

@@ -34,7 +34,12 @@ def unhooked(monkeypatch: pytest.MonkeyPatch) -> None:
 def link(request: pytest.FixtureRequest, tmp_path: Path, unhooked: None) -> Link:
     returning_nodes.end_work_of_returning_nodes()
     db = FLWR_IN_MEMORY_DB_NAME if request.param == "memory" else str(tmp_path / "link.db")
-    return Link(LinkStateFactory(db, NoOpFederationManager(), ObjectStoreFactory(db)).state())
+    return Link(state_on(db))
+
+
+def state_on(db: str):
+    """Flower's SuperLink state: in memory, or in the SQLite file `db`."""
+    return LinkStateFactory(db, NoOpFederationManager(), ObjectStoreFactory(db)).state()
 
 
 def _stamped(message: Message, **metadata: object) -> Message:
