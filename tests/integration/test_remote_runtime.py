@@ -3,6 +3,7 @@ SuperLink here; fl-server in the other modules)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,7 +64,11 @@ def _lose_the_superlink(
             assert run.poll() is None and time.monotonic() < deadline, _logs_tail(tmp_path)
             time.sleep(0.2)
         superlink = federation.procs.procs[0][1]
+        helpers = descendants(superlink.pid)  # its SuperExec and ServerApp: sessions of their own
         os.killpg(superlink.pid, signal.SIGKILL)
+        for pid in helpers:  # the machine is gone: nothing of it may poll on for ever
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         _, err = run.communicate(timeout=120)
     finally:
         if run.poll() is None:
