@@ -16,7 +16,7 @@ import hashlib
 import inspect
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from queue import Queue
 
@@ -259,6 +259,19 @@ def install_fab_cache() -> None:
             return path
 
     flwr_run_clientapp.install_from_fab = cached
+
+
+def on_fab_installed(callback: Callable[[Path], None]) -> None:
+    """In a ClientApp task: call `callback` with the installed FAB's directory, before the app
+    is loaded from it."""
+    install = flwr_run_clientapp.install_from_fab
+
+    def installed(*args: object, **kwargs: object) -> Path:
+        path = Path(install(*args, **kwargs))
+        callback(path)
+        return path
+
+    flwr_run_clientapp.install_from_fab = installed
 
 
 def _installed(marker: Path) -> Path | None:

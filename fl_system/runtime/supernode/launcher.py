@@ -21,6 +21,9 @@ its node's pid, and a child killed by a signal gets its node's error reply at on
 A shared launcher given the SuperLink's Runtime API (`--serverapp-api-address`, with the
 SuperLink in `--isolation process`) also forks the run's ServerApp, instead of Flower's
 SuperExec starting a fresh `flwr-serverapp` interpreter that imports torch again.
+
+It imports this installation's apps too; a ClientApp whose FAB carries the same code runs them
+instead of importing the FAB's copy (`app_code`).
 """
 
 from __future__ import annotations
@@ -38,12 +41,17 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
+from fl_system.runtime.launch import LaunchError
+from fl_system.runtime.launch.components import app_dir, components
 from fl_system.runtime.launch.forks import exit_with
 from fl_system.runtime.launch.processes import alive
+from fl_system.runtime.supernode import app_code
 from fl_system.runtime.warm_imports import PRELOAD, preload
 
 if TYPE_CHECKING:
@@ -51,9 +59,6 @@ if TYPE_CHECKING:
 
     from fl_system.flower.flwr_tasks import TaskClaimer
 
-# The app's own packages (never preloaded): the launcher imports fl_system for its hooks, and a
-# child drops them so that the ClientApp imports the FAB's copy, as a fresh flwr-clientapp would.
-APP_PACKAGES = ("fl_system", "client_app", "server_app")
 FALLBACK_POLL_SECONDS = 1.0  # look for tasks even without a wake-up (e.g. one sent at start-up)
 SERVER_POLL_SECONDS = 0.2  # the SuperLink's ServerApp tasks: Flower's SuperExec polls as often
 SOCKET_ENV = "FL_LAUNCHER_SOCKET"  # set for fl-supernode: wake this shared launcher
@@ -99,10 +104,13 @@ class _Node:
 class Launcher:
     """Claims tasks and forks children; reaps them and reports those that died abnormally."""
 
-    def __init__(self, wake_fd: int, watched_pid: int, *, shared: bool) -> None:
+    def __init__(
+        self, wake_fd: int, watched_pid: int, *, shared: bool, app_digest: str | None = None
+    ) -> None:
         from fl_system.flower import flwr_tasks
 
         self.hooks = flwr_tasks
+        self.app_digest = app_digest  # the fingerprint of the apps imported here (app_code)
         self.wake_fd = wake_fd  # the node's pipe, or the shared socket
         self.watched_pid = watched_pid  # exit once it is gone (the node, or fl-run)
         self.shared = shared
@@ -290,8 +298,10 @@ def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> NoReturn
             n.out for n in launcher.nodes.values() if n.out != 2
         }:
             os.close(fd)
-        for name in [m for m in sys.modules if m.split(".")[0] in APP_PACKAGES]:
-            del sys.modules[name]
+        if node.serverapp or launcher.app_digest is None:
+            app_code.drop_app_modules()  # the ServerApp from its FAB, as flwr-serverapp would
+        else:  # the ClientApp: what the launcher imported, if the FAB carries the same code
+            launcher.hooks.on_fab_installed(partial(_same_code_or_drop, launcher.app_digest))
         # Flower's runtime exits when this pid is gone: the node (fl-run for a ServerApp)
         task_spec = dataclasses.replace(spec, parent_pid=node.pid)
         kind = "serverapp" if node.serverapp else "clientapp"
@@ -304,6 +314,11 @@ def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> NoReturn
         return 0
 
     exit_with(task)
+
+
+def _same_code_or_drop(app_digest: str, fab_dir: Path) -> None:
+    if app_code.fab_digest(fab_dir) != app_digest:
+        app_code.drop_app_modules()
 
 
 def _describe(status: int) -> str:
@@ -323,6 +338,16 @@ def bind_socket(path: str) -> int:
     return sock.detach()
 
 
+def _project() -> tuple[Path | None, tuple[str, ...]]:
+    """This installation's project root and its ClientApp component; (None, ()) when it was
+    not installed from its source tree (its tasks then always run the FAB's copy)."""
+    try:
+        root = app_dir()
+    except LaunchError:
+        return None, ()
+    return root, components(root)[1:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)  # telemetry is off in the environment fl-supernode passes on
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -336,12 +361,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         flwr_check.check()
         flwr_tasks.install_fab_cache()
         object_pulls.retry_sooner("clientapp")  # the forked ClientApps inherit it
+        digest = app_code.warm_apps(*_project())
         if args.socket:
-            launcher = Launcher(wake_fd, args.parent_pid, shared=True)
+            launcher = Launcher(wake_fd, args.parent_pid, shared=True, app_digest=digest)
             if args.serverapp_api_address:
                 launcher.add_server(args.serverapp_api_address)
         else:
-            launcher = Launcher(wake_fd, args.node_pid, shared=False)
+            launcher = Launcher(wake_fd, args.node_pid, shared=False, app_digest=digest)
             launcher.add_node(args.runtime_api_address, args.node_pid)
     except Exception as err:  # one line for the node's log, then exit
         say(f"ERROR: cannot start: {err}")
