@@ -113,8 +113,8 @@ class RoundDriver:
         test = central_test_set(self.federation.cfg)
         started = time.monotonic()  # training time counts from round 1, the federation up
         last_eval: tuple[float, float] | None = None
+        ended = elapsed_before  # the training clock at the end of the previous round
         for rnd in range(start_round, cfg.num_rounds + 1):
-            t0 = time.monotonic()
             arrays, row, scored = self._round(rnd, arrays)
             if test is not None and (rnd % cfg.eval_every == 0 or rnd == cfg.num_rounds):
                 if scored is None:  # the model clients hold (or, server_apply=full, its own)
@@ -137,10 +137,11 @@ class RoundDriver:
                     cfg.num_rounds,
                     last_eval[0] if last_eval else None,
                     row.get("train_loss"),
-                    time.monotonic() - t0,
+                    elapsed - ended,  # one clock: the rows' wall_seconds apart
                     elapsed,
                 )
             )
+            ended = elapsed
             target = cfg.target_accuracy
             if target is not None and score.reached(cfg, row.get(score.column(cfg)), target):
                 run_log.say(f"target {score.column(cfg)} {target} reached at round {rnd}: stopping")
