@@ -107,9 +107,10 @@ def _activating(
 def _answering(get_replies: Callable[..., list[Message]]) -> Callable[..., list[Message]]:
     def get_message_res(state: Any, message_ids: set[str]) -> list[Message]:
         with _lost_lock:
-            lost = [_lost(state).pop(i) for i in list(message_ids) if i in _lost(state)]
-        lost_ids = {m.metadata.message_id for m in lost}
-        replies = get_replies(state, set(message_ids) - lost_ids) if message_ids - lost_ids else []
+            held = _lost(state)
+            lost = [held.pop(i) for i in message_ids if i in held]
+        rest = set(message_ids) - {m.metadata.message_id for m in lost}
+        replies = get_replies(state, rest) if rest else []
         unavailable = _module(UTILS).create_message_error_unavailable_res_message
         return replies + [unavailable(m.metadata, "node_unavail") for m in lost]
 
