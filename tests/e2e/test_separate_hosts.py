@@ -189,8 +189,10 @@ def test_a_client_that_loses_the_server_gives_up_after_its_timeout(
     stopped = time.monotonic()
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=60) == 0  # fl-server stops its SuperLink and exits cleanly
-    # and promptly: its launcher goes first (stopped after the SuperLink it took 10 s)
-    assert time.monotonic() - stopped < 5
+    # and promptly: its launcher goes first. Stopped after the SuperLink, it retried the gone
+    # SuperLink for Flower's 10 s before it looked at its signal; first, it takes under a second
+    # on a quiet machine (5.2 s seen under a CI run's load)
+    assert time.monotonic() - stopped < 9
     assert proc.wait(timeout=180) == 2
     assert "fl-client: error: lost the SuperLink and could not reach it again within " in (
         log.read_text()
