@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import threading
 import time
 from pathlib import Path
@@ -159,6 +160,20 @@ def test_close_ends_every_worker() -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_worker_whose_engine_ends_mid_message_exits_quietly(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A Ctrl-C can end the engine while it sends a worker a message: the worker reads a
+    message cut short, which is the engine gone, not the worker's failure."""
+    pool = WorkerPool(app, size=1)
+    worker = pool._workers[0]
+    os.write(worker.conn.fileno(), struct.pack("!i", 1000) + b"only part of it")
+    pool.close()
+    assert "Traceback" not in capfd.readouterr().err
+    with pytest.raises(ChildProcessError):  # close reaped it: it ended on its own
+        os.waitpid(worker.pid, os.WNOHANG)
 
 
 def test_the_backend_refuses_another_clientapp(pool: WorkerPool) -> None:

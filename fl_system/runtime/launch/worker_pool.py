@@ -174,13 +174,14 @@ def _exit_status(pid: int) -> str:
 
 def _serve(app: ClientApp, conn: Connection) -> None:
     """The worker's loop; it exits when the engine closes the pipe (or dies, even while
-    the worker is busy: its reply then has nowhere to go)."""
+    the worker is busy: its reply then has nowhere to go, or while it sends a message: the
+    message ends early, an OSError)."""
     code = 0
     try:
         while True:
             try:
                 request = conn.recv()
-            except EOFError:
+            except (EOFError, OSError):
                 break
             if request[0] == "log":
                 write_into(Path(request[1]))
