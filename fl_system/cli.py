@@ -35,6 +35,7 @@ from fl_system.settings.value_checks import ConfigError
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
+PREFLIGHT = "fl_system.config.preflight"  # the checks of the parts and the data
 
 
 class Terminated(KeyboardInterrupt):
@@ -63,15 +64,21 @@ def run_experiment(cfg: DictConfig) -> dict:
         check_values(cfg)  # a bad value never starts a process
         refuse_in_fl_run(cfg)
         runtime = build(cfg.runtime)
+        startup.mark("values checked")
+        # The runtime starts early to overlap the import of the parts' checks (torch comes
+        # with them: ~1.3 s of CPU). Imported already (a sweep's later member, an fl-run
+        # forked warm), they run first: a bad part then starts no process.
+        imported = PREFLIGHT in sys.modules
+        if imported:
+            _check_parts(cfg)
         if isinstance(runtime, StartsEarly) and not cfg.resume and _fresh(paths.root):
             early = runtime  # its processes start while the parts and the data are checked
             early.start(cfg, paths)
-        startup.mark("values checked")
-        # imported only now: torch comes with it (~1.3 s of CPU the runtime's start overlaps)
-        from fl_system.config.preflight import check_data, check_parts
-
-        check_parts(cfg)
+        if not imported:
+            _check_parts(cfg)
         startup.mark("config checked")
+        from fl_system.config.preflight import check_data
+
         check_data(cfg, paths)
     except (ConfigError, DataError, PartitionError, CheckpointError, LaunchError) as err:
         _stop_unused(early, paths.root)
@@ -142,6 +149,13 @@ def _end_tracked(cfg: DictConfig, paths: RunPaths, status: str, error: str) -> N
 def _fresh(root: Path, ours: frozenset[str] = frozenset({".hydra"})) -> bool:
     """Nothing in the run directory but `ours` (by default what Hydra put there for it)."""
     return not root.is_dir() or not {p.name for p in root.iterdir()} - ours
+
+
+def _check_parts(cfg: DictConfig) -> None:
+    """preflight's `check_parts`, imported only now (torch comes with it)."""
+    from fl_system.config.preflight import check_parts
+
+    check_parts(cfg)
 
 
 def _stop_unused(early: StartsEarly | None, root: Path) -> None:
