@@ -4,8 +4,10 @@ found before any process starts; a bad dataset is still checked while the runtim
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,17 +18,25 @@ from fl_system.runtime.launch.local import LocalRuntime
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    """The runtime's `start` and `stop` calls (nothing is started); fl-run's signal handlers
-    are put back afterwards."""
+def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[str]]:
+    """The runtime's `start` and `stop` calls (nothing is started). fl-run's signal handlers
+    and Hydra's logging set-up (it disables every logger there is) are undone afterwards."""
     seen: list[str] = []
     monkeypatch.setattr(LocalRuntime, "start", lambda self, cfg, paths: seen.append("start"))
     monkeypatch.setattr(LocalRuntime, "stop", lambda self: seen.append("stop"))
     monkeypatch.chdir(tmp_path)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    level, root_handlers = root.level, list(root.handlers)
+    loggers = [lg for lg in root.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    disabled = {lg: lg.disabled for lg in loggers}
     yield seen
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
+    root.setLevel(level)
+    root.handlers[:] = root_handlers
+    for lg, was in disabled.items():
+        lg.disabled = was
 
 
 def _fl_run(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
