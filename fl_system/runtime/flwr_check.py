@@ -3,7 +3,14 @@ simulation call `check()` at start-up so an flwr upgrade fails loudly, naming wh
 
 from __future__ import annotations
 
-from fl_system.flower import flwr_engine, flwr_hooks, flwr_tasks, object_pulls, raise_if
+from fl_system.flower import (
+    flwr_engine,
+    flwr_hooks,
+    flwr_tasks,
+    object_pulls,
+    raise_if,
+    stranded_replies,
+)
 from fl_system.privacy import noise, wrappers
 
 
@@ -16,4 +23,5 @@ def check() -> None:
         + flwr_engine.problems()
         + flwr_tasks.problems()
         + object_pulls.problems()
+        + stranded_replies.problems()
     )

@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flower_args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     try:
-        from fl_system.flower import flwr_hooks, flwr_tasks, object_pulls
+        from fl_system.flower import flwr_hooks, flwr_tasks, object_pulls, stranded_replies
         from fl_system.runtime import flwr_check
 
         flwr_check.check()
@@ -161,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shared = os.environ.get(SOCKET_ENV)
     watch = SharedLauncher(shared, address) if shared else LauncherWatch(address)
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify)
+    stranded_replies.install()
     object_pulls.retry_sooner("supernode")
     flwr_tasks.reply_at_once_when_killed()
     flwr_hooks.say_when_refused()
