@@ -69,7 +69,7 @@ def problems() -> list[str]:
 
 def _node_loop_problems() -> list[str]:
     problems = []
-    flwr_supernode_loop = _supernode_loop()
+    flwr_supernode_loop = supernode_loop()
     loop_source = inspect.getsource(flwr_supernode_loop.start_client_internal)
     push_source = inspect.getsource(flwr_supernode_loop._push_messages)
     if f"time.sleep({IDLE_PULL_SLEEP})" not in loop_source:
@@ -108,7 +108,7 @@ class _NodeClock:
 def install_poll_schedule(schedule: PollSchedule, on_message: Callable[[], None]) -> None:
     """Make this process's SuperNode loop poll by `schedule` and call `on_message` per message."""
     clock = _NodeClock(schedule)
-    flwr_supernode_loop = _supernode_loop()
+    flwr_supernode_loop = supernode_loop()
     pull = flwr_supernode_loop._pull_and_store_message
 
     def pull_and_store(*args: object, **kwargs: object) -> int | None:
@@ -135,7 +135,7 @@ def say_when_refused() -> None:
     """
     import grpc
 
-    loop = _supernode_loop()
+    loop = supernode_loop()
     make = loop.make_simple_grpc_retry_invoker
 
     def make_saying() -> object:
@@ -165,7 +165,7 @@ def run_supernode(flower_args: list[str]) -> None:
 MIN_HEARTBEAT = 1.0  # seconds: the shortest heartbeat interval our SuperLink accepts
 
 
-def _supernode_loop() -> ModuleType:
+def supernode_loop() -> ModuleType:
     """The SuperNode's main loop, imported when used (~0.8 s: Flower's node stack)."""
     return importlib.import_module("flwr.supernode.start_client_internal")
 

@@ -17,12 +17,13 @@ waiting, so that none is stranded behind the loop's one-for-one rhythm whatever 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from flwr.common.constant import SubStatus
+
+from fl_system.flower.flwr_hooks import supernode_loop
 
 IGNORED = "the run stopped while this node received the message"
 
@@ -31,7 +32,7 @@ def problems() -> list[str]:
     """What of the installed flwr these hooks rely on has moved."""
     from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState, MessageEntry
 
-    loop = importlib.import_module("flwr.supernode.start_client_internal")
+    loop = supernode_loop()
     found = []
     source = inspect.getsource(loop.start_client_internal)
     for step in ("_pull_and_store_message(", "_push_messages("):
@@ -47,7 +48,7 @@ def problems() -> list[str]:
 
 def install() -> None:
     """Wrap Flower's SuperNode loop steps (`_pull_and_store_message`, `_push_messages`)."""
-    loop = importlib.import_module("flwr.supernode.start_client_internal")
+    loop = supernode_loop()
     pull: Callable[..., int | None] = loop._pull_and_store_message
     push: Callable[..., None] = loop._push_messages
     pushing: dict[str, Any] = {}  # the loop's own arguments to `_push_messages`
