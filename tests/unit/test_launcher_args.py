@@ -108,3 +108,23 @@ def test_a_launcher_whose_node_vanished_mid_call_stops() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.split()[-1]) < 10
     assert "ERROR: claiming tasks from 127.0.0.1:" in done.stderr
+
+
+NODE_STOPPED_AT_ONCE = """
+from fl_system.runtime.supernode.node import LauncherWatch
+
+watch = LauncherWatch("127.0.0.1:9")
+watch.stop()  # before the launcher could have imported what it preloads
+print(watch.proc.returncode, flush=True)
+"""
+
+
+def test_a_node_stopped_while_its_launcher_imports_does_not_wait_for_the_imports() -> None:
+    """A node stopped in its first seconds (its fl-client killed just after admission) stops
+    its launcher at once, not after the launcher's preload (seconds; more under load)."""
+    done = subprocess.run(
+        [sys.executable, "-c", NODE_STOPPED_AT_ONCE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) in (0, -signal.SIGTERM), done.stderr[-2000:]
+    assert "ready: preloaded" not in done.stderr

@@ -92,7 +92,10 @@ class LauncherWatch:
 
     def stop(self) -> None:
         self.stopping = True
-        os.close(self.wake)  # the launcher exits when its end of the pipe closes
+        os.close(self.wake)  # a serving launcher exits when its end of the pipe closes
+        # one still importing (its first seconds) reads no pipe: its SIGTERM handler exits
+        # there, and a serving one's only ends its loop, as the closed pipe does
+        self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
