@@ -184,7 +184,7 @@ def test_a_killed_launcher_stops_its_node_and_the_run_goes_on(
     after = rows[rounds_before:]
     assert any(r["participants"] == "1" or int(r["failures"]) >= 1 for r in after), after
     assert all(r["participants"] == "1" for r in after[1:]), after
-    _wait_for("every process of node 0 gone", lambda: not any(map(alive, tree)), timeout=15)
+    _wait_for("every process of node 0 gone", lambda: not any(map(alive, tree)), timeout=30)
 
 
 # ----- b. a ClientApp killed hard -------------------------------------------------------------
