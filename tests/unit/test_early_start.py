@@ -10,19 +10,28 @@ import multiprocessing
 import sys
 from pathlib import Path
 
+import torch
+from threadpoolctl import threadpool_limits
+
 import fl_system.config.preflight  # noqa: F401  the checks imported, as in a sweep's later member
 from fl_system import cli
 from fl_system.runtime.launch.local import LocalRuntime
+
+CHILD_SECONDS = 300  # fl-run's checks take seconds; a slow CI machine several times that
 
 
 def _fl_run(root: Path, *args: str) -> tuple[int, list[str], str]:
     """fl-run's exit code, its runtime's `start` and `stop` calls (nothing is started) and
     its error output. It runs in a forked child: Hydra's logging set-up closes every logging
-    handler of the process it runs in, pytest's among them."""
+    handler of the process it runs in, pytest's among them. The child computes on one thread:
+    the first parallel region of a fork whose parent's OpenMP pool has run waits forever for
+    the pool's threads, which the fork did not copy."""
     fork = multiprocessing.get_context("fork")
     ours, theirs = fork.Pipe()
 
     def child() -> None:
+        torch.set_num_threads(1)
+        threadpool_limits(1)
         calls: list[str] = []
         LocalRuntime.start = lambda self, cfg, paths: calls.append("start")  # type: ignore[method-assign]
         LocalRuntime.stop = lambda self: calls.append("stop")  # type: ignore[method-assign]
@@ -38,9 +47,13 @@ def _fl_run(root: Path, *args: str) -> tuple[int, list[str], str]:
 
     process = fork.Process(target=child)
     process.start()
-    got = ours.recv()
-    process.join()
-    return got
+    theirs.close()  # the child's end: a child that dies unheard is an EOF here, not a hang
+    try:
+        assert ours.poll(CHILD_SECONDS), f"fl-run said nothing in {CHILD_SECONDS} s"
+        return ours.recv()
+    finally:
+        process.kill()
+        process.join()
 
 
 def test_a_bad_part_starts_no_process(tmp_path: Path) -> None:
