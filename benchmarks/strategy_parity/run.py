@@ -45,6 +45,9 @@ def compared(column: str) -> bool:
 
 
 BASE = ("runtime=simulation", "num_clients=4", "seed=0")
+# Both sides compute on one thread: a BLAS dot product sums in an order set by its thread
+# count, so a change of thread sizing alone moves float64 norms in their last bits.
+THREADS = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 STEPS = "train.local_steps=30"  # for the rules that count local steps, not epochs
 
 
@@ -91,7 +94,7 @@ def run_case(case: Case, code: Code, rounds: int) -> list[dict[str, str]]:
             command,
             run_dir / "fl-run.out",
             timeout=600,
-            env=code.env(run_dir / "cache"),
+            env=code.env(run_dir / "cache") | THREADS,
             cwd=code.root or ROOT,
         )
         with (run_dir / "metrics.csv").open(newline="") as handle:
@@ -140,7 +143,8 @@ def report(
         f"--before {args.before}` at {commit}: each case run with this checkout and with a "
         f"worktree of `{args.before}`, {args.rounds} rounds, runtime=simulation, "
         f"`{' '.join(BASE)}` (mnist5k, cnn, iid, 1 local epoch; `{STEPS}` where a rule "
-        "counts steps).",
+        "counts steps); " + ", ".join(f"{k}={v}" for k, v in THREADS.items()) + " on both "
+        "sides (a dot product's order of summation follows its thread count).",
         "",
         "Compared per round: every column of `metrics.csv` but timings (`*seconds*`, `wall_*`) "
         "and bytes on the wire (`*bytes*`: framing carries the config and Flower's random ids), "
