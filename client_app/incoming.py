@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from client_app.compression import receive_model
@@ -79,7 +79,12 @@ def open_message(msg: Message, context: Context, sources: Sources) -> Incoming:
     content = wire.unpack(msg.content)
     server_round = int(content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
     state = ClientState(
-        context.state, node.state_root(), cfg.run_id, node.partition_id, server_round
+        context.state,
+        node.state_root(),
+        cfg.run_id,
+        node.partition_id,
+        server_round,
+        int(OmegaConf.select(cfg, "checkpoint.every", default=1)),
     )
     model = model_for(sources, config_json)
     received = receive_model(

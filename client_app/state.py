@@ -7,11 +7,12 @@ node id, same partition) picks it up again, also in a resumed run.
 
 Files are versioned by the round that saved them (`<name>.r<round>.npz`), and a node that
 reads from disk in round r takes the newest version saved before r. A server killed during
-round r resumes from its checkpoint of round r - 1 and runs round r again: its clients must
-start that round from the state they had before it, not from what the lost attempt saved
-(SCAFFOLD's c_i would otherwise be updated twice). Memory holds what this Flower run saved,
-whatever the round (a round's later exchanges see its earlier ones' saves). The newest
-version before the current one is kept; older ones are removed.
+round r resumes from its last checkpoint c (at most `checkpoint.every` rounds back) and runs
+rounds c + 1 .. r again: its clients must start them from the state they had after round c,
+not from what the lost attempts saved (SCAFFOLD's c_i would otherwise be updated twice).
+Memory holds what this Flower run saved, whatever the round (a round's later exchanges see
+its earlier ones' saves). Saving in round r keeps every version after r - checkpoint.every
+and the newest one at or before it; older ones are removed.
 """
 
 from __future__ import annotations
@@ -30,12 +31,19 @@ class ClientState:
     """Named ArrayRecords kept in `context.state` and mirrored to disk, per round."""
 
     def __init__(
-        self, memory: RecordDict, root: Path, run_id: str, partition_id: int, server_round: int
+        self,
+        memory: RecordDict,
+        root: Path,
+        run_id: str,
+        partition_id: int,
+        server_round: int,
+        checkpoint_every: int = 1,
     ):
         self._memory = memory
         # A resumed run keeps its run id and continues; a new run starts from nothing.
         self.directory = root / run_id / f"partition-{partition_id}"
         self.round = server_round
+        self.checkpoint_every = checkpoint_every  # how far back a resumed server may go
 
     def load(self, name: str) -> ArrayRecord | None:
         """The record this run saved, from memory; else (after a restart or a resume) the
@@ -63,9 +71,10 @@ class ClientState:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, path)
-        earlier = [r for r in self._versions(name) if r < self.round]
-        for r in earlier:
-            if r != max(earlier):
+        floor = self.round - self.checkpoint_every  # the oldest round a resume starts after
+        older = [r for r in self._versions(name) if r <= floor]
+        for r in older:
+            if r != max(older):
                 self._path(name, r).unlink(missing_ok=True)
 
     def _versions(self, name: str) -> list[int]:

@@ -12,6 +12,7 @@ seconds per exchange label.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -67,6 +68,13 @@ class RoundDriver:
             leading=list(self.privacy.published_row(dict.fromkeys(_leading_columns(cfg)))),
         )
         self.tracking: TrackedRun | None = None
+        self.checkpoint_every = int(OmegaConf.select(cfg, "checkpoint.every", default=1))
+        self.saved_round = 0  # the round of the last checkpoint: where resume=true continues
+
+    @functools.cached_property
+    def plain_cfg(self) -> dict:
+        """The config every checkpoint carries (resume compares it), converted once."""
+        return _plain(self.cfg)
 
     def run(self) -> dict:
         """All rounds; on failure, the reason goes to the run directory (and the trackers)
@@ -76,10 +84,9 @@ class RoundDriver:
         except (RunFailed, TimeoutError) as err:
             if isinstance(err, NodeRefused):  # bad input on a node: fl-run exits 2
                 self.paths.bad_input.touch()
-            saved = self.metrics.rows()
             hint = (
-                f"; rounds up to {saved[-1]['round']} are saved (resume=true continues)"
-                if saved
+                f"; rounds up to {self.saved_round} are saved (resume=true continues)"
+                if self.saved_round
                 else ""
             )
             self.paths.failure.write_text(f"{err}{hint}\n")
@@ -127,9 +134,13 @@ class RoundDriver:
             elapsed = elapsed_before + time.monotonic() - started
             row["wall_seconds"] = round(elapsed, 3)
             row = self.privacy.published_row(row)
-            self.metrics.append(row)
-            self._save(rnd, arrays, elapsed)
-            if self.tracking is not None:  # after the checkpoint: a round is tracked once
+            target = cfg.target_accuracy
+            reached = target is not None and score.reached(cfg, row.get(score.column(cfg)), target)
+            saving = reached or rnd == cfg.num_rounds or rnd % self.checkpoint_every == 0
+            self.metrics.append(row, durable=saving)  # on the disk before the checkpoint
+            if saving:
+                self._save(rnd, arrays, elapsed)
+            if self.tracking is not None:  # a round is tracked once, a repeated one not again
                 self.tracking.log_round(rnd, row)
             run_log.say(
                 run_log.round_line(
@@ -142,8 +153,7 @@ class RoundDriver:
                 )
             )
             ended = elapsed
-            target = cfg.target_accuracy
-            if target is not None and score.reached(cfg, row.get(score.column(cfg)), target):
+            if reached:
                 run_log.say(f"target {score.column(cfg)} {target} reached at round {rnd}: stopping")
                 break
         return self._finish()
@@ -218,6 +228,7 @@ class RoundDriver:
         self.strategy.load_state_dict({k: v for k, v in state.items() if not Privacy.owns(k)})
         self.metrics.truncate_after(ckpt.round)
         run_log.say(f"resuming after round {ckpt.round} from {self.paths.checkpoint}")
+        self.saved_round = ckpt.round
         return restored, ckpt.round + 1, ckpt.elapsed_seconds
 
     def _save(self, rnd: int, arrays: ArrayRecord, elapsed: float) -> None:
@@ -228,9 +239,10 @@ class RoundDriver:
                 model=dict(zip(arrays.keys(), arrays.to_numpy_ndarrays(), strict=True)),
                 strategy_state={**self.strategy.state_dict(), **self.privacy.state_dict()},
                 elapsed_seconds=elapsed,
-                config=_plain(self.cfg),
+                config=self.plain_cfg,
             ),
         )
+        self.saved_round = rnd
 
     def _finish(self) -> dict:
         rows = self.metrics.rows()

@@ -34,6 +34,7 @@ RESUMABLE_CHANGES = frozenset(
     {
         "num_rounds",
         "resume",
+        "checkpoint",
         "keep_client_state",
         "target_accuracy",
         "eval_every",

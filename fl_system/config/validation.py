@@ -38,6 +38,7 @@ RULES: dict[str, Rule] = {
     ),
     "round_timeout": (positive_number, "a positive number of seconds"),
     "resume": (lambda v: isinstance(v, bool), "true or false"),
+    "checkpoint.every": (integer_at_least(1), "a positive integer"),
     "keep_client_state": (lambda v: isinstance(v, bool), "true or false"),
     "train.local_epochs": (integer_at_least(1), "a positive integer"),
     "train.local_steps": (optional(integer_at_least(1)), "null or a positive integer"),

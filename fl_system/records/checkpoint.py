@@ -1,6 +1,7 @@
 """The run's checkpoint: global model, strategy state, round and clock, in one .npz file.
 
-Written atomically after every round (tmp file + rename), read back with `resume=true`.
+Written atomically every `checkpoint.every` rounds and after the last (tmp file + fsync +
+rename), read back with `resume=true`.
 No pickles: arrays and one JSON header only, so a damaged or foreign file fails cleanly.
 """
 

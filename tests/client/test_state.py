@@ -70,6 +70,21 @@ def test_a_round_run_again_reads_the_state_saved_before_it(tmp_path: Path) -> No
     assert files == ["c_i.r2.npz", "c_i.r3.npz"]
 
 
+def test_with_checkpoints_every_3_rounds_a_resume_finds_the_state_of_the_last_one(
+    tmp_path: Path,
+) -> None:
+    """checkpoint.every=3: a server killed in round 8 resumes from its round-6 checkpoint;
+    round 7 must start from the state saved in round 6, however many rounds saved since."""
+    for rnd in range(1, 9):
+        ClientState(RecordDict(), tmp_path, "run", 0, rnd, checkpoint_every=3).save(
+            "c_i", _record(rnd)
+        )
+    assert _value(ClientState(RecordDict(), tmp_path, "run", 0, 7).load("c_i")) == 6.0
+    # kept: every version after round 8 - 3 and the newest at or before it
+    files = sorted(p.name for p in (tmp_path / "run" / "partition-0").iterdir())
+    assert files == ["c_i.r5.npz", "c_i.r6.npz", "c_i.r7.npz", "c_i.r8.npz"]
+
+
 def test_saves_of_this_run_are_read_back_within_the_round(tmp_path: Path) -> None:
     memory = RecordDict()
     ClientState(memory, tmp_path, "run", 0, 5).save("held", _record(7.0))

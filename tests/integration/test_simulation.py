@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +15,10 @@ from client_app.local_data import NodeIdentity, local_test_data, local_training_
 from fl_system.learning.evaluation import evaluate
 from fl_system.learning.own_model import build_model
 from fl_system.records.checkpoint import load_checkpoint
-from fl_system.records.results import MetricsLog, read_rows
-from fl_system.runtime.launch.processes import alive, descendants
-from tests.integration.conftest import QUICK, interrupt_when, run_cli, start_fl_run
+from fl_system.records.results import MetricsLog
+from fl_system.runtime.launch.processes import alive
+from tests.integration.conftest import QUICK, interrupt_when, run_cli
+from tests.integration.resumed import accuracy_history, assert_same_end, metrics_rows
 from tests.integration.tracked import (
     mlflow_run,
     tensorboard,
@@ -30,10 +28,6 @@ from tests.integration.tracked import (
 pytestmark = pytest.mark.integration
 
 SIM = ["runtime=simulation", *QUICK]
-
-
-def _accuracies(run_dir: Path) -> list[str]:
-    return [r["test_accuracy"] for r in MetricsLog(run_dir / "metrics.csv").rows()]
 
 
 def test_one_seed_one_history_even_when_interrupted_and_resumed(
@@ -55,7 +49,7 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     stopped = interrupt_when(
         [*args, f"hydra.run.dir={broken}"],
         cli_env,
-        ready=lambda: len(_rows(broken)) >= 3,  # a few rounds in, well before the end
+        ready=lambda: len(metrics_rows(broken)) >= 3,  # a few rounds in, well before the end
         sig=signal.SIGINT,
     )
     assert stopped.returncode == 130
@@ -65,99 +59,26 @@ def test_one_seed_one_history_even_when_interrupted_and_resumed(
     # the stop ended the engine before any client: no client failed (but for the sessions
     # that ended mid-round), no round went partial
     assert "Traceback" not in (broken / "logs" / "serverapp.log").read_text()
-    assert {int(r["failures"]) - int(r["went_offline"]) for r in _rows(broken)} == {0}
+    assert {int(r["failures"]) - int(r["went_offline"]) for r in metrics_rows(broken)} == {0}
     first_id = _run_id(broken)
 
     result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
-    _assert_same_end(straight, broken, rounds)
+    assert_same_end(straight, broken, rounds)
     assert _run_id(broken) == first_id  # so clients find their saved state again
 
     other_args = [*SIM, "partition=dirichlet", "seed=4", "num_rounds=3"]
     result = run_cli([*other_args, f"hydra.run.dir={other}"], cli_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert _accuracies(other) != _accuracies(straight)[:3]
+    assert accuracy_history(other) != accuracy_history(straight)[:3]
     # the same config twice is still two runs: client state must not carry over
     assert len({_run_id(r) for r in (straight, broken, other)}) == 3
-
-
-def _assert_same_end(straight: Path, resumed: Path, rounds: int) -> None:
-    """The resumed run ended where the uninterrupted one did: model and accuracy history."""
-    a = load_checkpoint(straight / "checkpoint.npz")
-    b = load_checkpoint(resumed / "checkpoint.npz")
-    assert a.round == b.round == rounds
-    for key in a.model:
-        np.testing.assert_array_equal(a.model[key], b.model[key])
-    assert _accuracies(straight) == _accuracies(resumed)
-    clock = ("virtual_", "vtime_", "online", "went_offline")  # system=...: the clock's columns
-    timed = [
-        [{k: v for k, v in row.items() if k.startswith(clock)} for row in _rows(run)]
-        for run in (straight, resumed)
-    ]
-    assert timed[0] == timed[1]
 
 
 def _run_id(run_dir: Path) -> str:
     run_id = OmegaConf.load(run_dir / "config.yaml").run_id
     assert isinstance(run_id, str) and len(run_id) == 16
     return run_id
-
-
-def _rows(run_dir: Path) -> list[dict[str, str]]:
-    """metrics.csv's rows, read only (MetricsLog would also trim a line the run is writing)."""
-    return read_rows(run_dir / "metrics.csv")
-
-
-def test_a_server_killed_mid_round_resumes_to_the_uninterrupted_model(
-    tmp_path: Path, cli_env: dict[str, str]
-) -> None:
-    """SCAFFOLD (server c, clients' c_i on disk) is killed with SIGKILL after a client has
-    saved its state for a round that the server has not checkpointed yet, then resumed: that
-    round runs again from the clients' state before it (not from what the lost attempt saved,
-    which would update c_i twice), and the final model equals the uninterrupted run's. What
-    the kill left running (Ray's processes) is ended by pid afterwards."""
-    rounds = 30
-    args = [*SIM, "num_clients=3", "algorithm=scaffold", "seed=5", f"num_rounds={rounds}"]
-    env = {**cli_env, "FL_STATE_DIR": str(tmp_path / "state")}
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    result = run_cli([*args, f"hydra.run.dir={straight}"], env, timeout=400)
-    assert result.returncode == 0, result.stderr[-3000:]
-
-    def client_ahead_of_checkpoint() -> bool:
-        try:
-            if len(_rows(killed)) < 3:
-                return False
-            saved = (killed / "checkpoint.npz").stat().st_mtime_ns
-            return any(f.stat().st_mtime_ns > saved for f in (tmp_path / "state").rglob("*.npz"))
-        except OSError:  # a file replaced while looked at
-            return False
-
-    proc = start_fl_run(
-        [*args, f"hydra.run.dir={killed}"],
-        env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while not client_ahead_of_checkpoint():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.002)
-        tree = descendants(proc.pid)
-        proc.kill()
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    for pid in tree:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-    killed_at = load_checkpoint(killed / "checkpoint.npz").round
-    assert 2 <= killed_at < rounds
-
-    result = run_cli([*args, "resume=true", f"hydra.run.dir={killed}"], env, timeout=400)
-    assert result.returncode == 0, result.stderr[-3000:]
-    _assert_same_end(straight, killed, rounds)
 
 
 def test_gsnr_with_one_client_trains_exactly_like_its_baseline(
@@ -171,10 +92,10 @@ def test_gsnr_with_one_client_trains_exactly_like_its_baseline(
         samples = ["algorithm.gsnr.samples=100000"] if run_dir == gsnr else []
         result = run_cli([*args, *algorithm, *samples, f"hydra.run.dir={run_dir}"], cli_env)
         assert result.returncode == 0, result.stderr[-3000:]
-    rows = _rows(gsnr)
+    rows = metrics_rows(gsnr)
     assert [r["steps_0"] for r in rows] == ["5"] * 3
     assert [float(r["n_opt_0"]) for r in rows] == pytest.approx([1.0] * 3, rel=1e-9)
-    assert _accuracies(gsnr) == _accuracies(plain)
+    assert accuracy_history(gsnr) == accuracy_history(plain)
     a = load_checkpoint(plain / "checkpoint.npz")
     b = load_checkpoint(gsnr / "checkpoint.npz")
     for key in a.model:
@@ -260,7 +181,7 @@ def test_compressed_updates_travel_in_the_bytes_their_encoding_promises(
     assert result.returncode == 0, result.stderr[-3000:]
     model = load_checkpoint(run_dir / "checkpoint.npz").model
     dense = 2 * 4 * sum(v.size for v in model.values())  # two clients, float32
-    rows = _rows(run_dir)
+    rows = metrics_rows(run_dir)
     # per blob: the tensor count, a length and a kept count per tensor, and per tensor up to
     # two partly filled bytes (signs, positions)
     framing = 4 * (1 + 2 * len(model)) + 2 * len(model)
@@ -289,7 +210,7 @@ def test_stragglers_are_the_same_for_every_algorithm(tmp_path: Path, cli_env) ->
         run_dir = tmp_path / algorithm
         result = run_cli([*args, f"algorithm={algorithm}", f"hydra.run.dir={run_dir}"], cli_env)
         assert result.returncode == 0, result.stderr[-3000:]
-        rows[algorithm] = _rows(run_dir)
+        rows[algorithm] = metrics_rows(run_dir)
     for avg, prox in zip(rows["fedavg"], rows["fedprox"], strict=True):
         budgets = [int(avg[f"budget_{p}"]) for p in range(4)]
         assert budgets == [int(prox[f"budget_{p}"]) for p in range(4)]
@@ -318,8 +239,8 @@ def test_clients_score_the_global_and_their_local_models_on_their_own_test_split
     fedavg = load_checkpoint(tmp_path / "fedavg" / "checkpoint.npz").model
     for key, value in load_checkpoint(run_dir / "checkpoint.npz").model.items():
         assert np.array_equal(value, fedavg[key]), key
-    rows = _rows(run_dir)
-    for efl_row, fedavg_row in zip(rows, _rows(tmp_path / "fedavg"), strict=True):
+    rows = metrics_rows(run_dir)
+    for efl_row, fedavg_row in zip(rows, metrics_rows(tmp_path / "fedavg"), strict=True):
         for column in ("train_loss", "test_accuracy", "client_acc_global", "client_acc_local"):
             assert efl_row[column] == fedavg_row[column]
     for row in rows:
@@ -376,13 +297,13 @@ def test_fedcat_stopped_inside_a_cycle_and_resumed_ends_with_the_uninterrupted_m
     assert a.round == b.round == 6
     for key in a.model:
         np.testing.assert_array_equal(a.model[key], b.model[key])
-    rows = _rows(straight)
-    assert _accuracies(broken) == _accuracies(straight)
+    rows = metrics_rows(straight)
+    assert accuracy_history(broken) == accuracy_history(straight)
     assert [r["eval_model"] for r in rows] == ["copies_average", "global"] * 3
     assert [r["chain_pos"] for r in rows] == ["0", "1"] * 3
     for r in rows:  # two distinct partitions a round, one per copy
         assert len({r["copy_0"], r["copy_1"]}) == 2
-    assert [[r["copy_0"], r["copy_1"]] for r in _rows(broken)] == [
+    assert [[r["copy_0"], r["copy_1"]] for r in metrics_rows(broken)] == [
         [r["copy_0"], r["copy_1"]] for r in rows
     ]
     picks = json.loads((straight / "summary.json").read_text())["participation"]

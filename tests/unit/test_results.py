@@ -113,6 +113,22 @@ def test_partial_last_line_from_a_crash_is_dropped(tmp_path: Path) -> None:
     assert [(r["round"], r["test_accuracy"]) for r in log.rows()] == [("1", "0.2"), ("2", "0.3")]
 
 
+def test_rows_reach_the_disk_with_the_durable_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpoint.every=3: rounds 1 and 2 are written (a killed process loses neither) and
+    synced to the disk with round 3's, once, before its checkpoint."""
+    synced: list[str] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    path = tmp_path / "metrics.csv"
+    log = MetricsLog(path)
+    for rnd in (1, 2):
+        log.append(_row(rnd, 0.1 * rnd), durable=False)
+    assert synced == [] and [r["round"] for r in MetricsLog(path).rows()] == ["1", "2"]
+    log.append(_row(3, 0.3), durable=True)
+    assert synced == [str(path)]
+
+
 def test_truncate_after(tmp_path: Path) -> None:
     log = MetricsLog(tmp_path / "metrics.csv")
     for r in range(1, 6):

@@ -18,8 +18,8 @@ NOW = {
 }
 DEFAULTS = {**NOW, "stragglers": {"incomplete": 0.0, "inactive": 0.0}}
 ONLY = (
-    " (only eval_every, keep_client_state, num_rounds, resume, round_timeout, run_dir, runtime, "
-    "server, target_accuracy, tracking may change on resume)"
+    " (only checkpoint, eval_every, keep_client_state, num_rounds, resume, round_timeout, "
+    "run_dir, runtime, server, target_accuracy, tracking may change on resume)"
 )
 # FedDisco's add-on as an older config wrote it: a copy under the strategy, and another
 # normalize_d default
