@@ -53,6 +53,15 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
     os.replace(tmp, path)
 
 
+def checkpoint_round(path: Path) -> int | None:
+    """The round a checkpoint holds, its header read alone (None: no readable checkpoint)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return int(json.loads(str(data[_META]))["round"])
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile):
+        return None
+
+
 def load_checkpoint(path: Path) -> Checkpoint:
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}: nothing to resume")

@@ -12,6 +12,7 @@ import pytest
 from fl_system.records.checkpoint import (
     Checkpoint,
     CheckpointError,
+    checkpoint_round,
     load_checkpoint,
     save_checkpoint,
 )
@@ -50,6 +51,15 @@ def test_corrupt_file_is_a_clear_error(tmp_path: Path, payload: bytes) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="nothing to resume"):
         load_checkpoint(tmp_path / "checkpoint.npz")
+
+
+def test_the_round_is_read_from_the_header_alone(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.npz"
+    assert checkpoint_round(path) is None
+    path.write_bytes(b"PK\x03\x04broken")
+    assert checkpoint_round(path) is None
+    save_checkpoint(path, _ckpt())
+    assert checkpoint_round(path) == 3
 
 
 WRITER = """

@@ -8,10 +8,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from fl_system.records import run_log
+from fl_system.records.checkpoint import Checkpoint, save_checkpoint
 from fl_system.records.results import MetricsLog
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime.launch import LaunchError
@@ -84,11 +86,13 @@ def test_no_summary_and_no_failure_shows_the_log_tail(tmp_path: Path) -> None:
 def test_a_dead_superlink_is_named_with_the_saved_rounds_and_the_resume_command(
     tmp_path: Path,
 ) -> None:
-    """The SuperLink SIGKILLed after round 3: fl-run names it, not the symptom, and says how
-    to continue from the checkpoint."""
+    """The SuperLink SIGKILLed after round 4 of a run checkpointed every 3 rounds: fl-run
+    names it, not the symptom, and says how to continue from the checkpoint (round 3; the
+    resumed run repeats round 4, whose row metrics.csv holds)."""
     paths = RunPaths(tmp_path / "run")
-    for rnd in (1, 2, 3):
+    for rnd in (1, 2, 3, 4):
         MetricsLog(paths.metrics).append({"round": rnd, "accuracy": 0.5})
+    save_checkpoint(paths.checkpoint, Checkpoint(3, {"w": np.zeros(2)}, {}, 1.0, {}))
     procs = ProcessGroup()
     try:
         link = procs.start(

@@ -11,7 +11,8 @@ from typing import Protocol
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from fl_system.records.results import MetricsLog, write_summary
+from fl_system.records.checkpoint import checkpoint_round
+from fl_system.records.results import write_summary
 from fl_system.records.run_dir import RunPaths
 from fl_system.records.run_log import RunLog
 from fl_system.runtime import startup
@@ -162,9 +163,9 @@ def _exited(dead: tuple[str, subprocess.Popen, int], paths: RunPaths) -> LaunchE
 
 
 def saved_rounds(paths: RunPaths) -> int | None:
-    """The last round the run directory holds (its checkpoint is written with its row)."""
-    rows = MetricsLog(paths.metrics).rows()
-    return int(float(rows[-1]["round"])) if rows else None
+    """The round of the run's checkpoint, where resume=true continues (with
+    checkpoint.every > 1 metrics.csv may hold later rows, which resume runs again)."""
+    return checkpoint_round(paths.checkpoint)
 
 
 def resume_hint(saved: int | None, run_dir: Path) -> str:
