@@ -84,7 +84,7 @@ def _flwr_run(app: Path, env: dict[str, str], *config: str) -> subprocess.Comple
         env=env,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=1200,  # a hang guard: the test's three runs took 66 s here, 566 s in CI
         stdin=subprocess.DEVNULL,
     )
 
