@@ -18,6 +18,8 @@ from client_app.state import ClientState
 from fl_system.data.node_data.streamed import Streamed
 from fl_system.learning.evaluation import evaluate
 from fl_system.learning.model_parts import Parts, forward_parts
+from fl_system.learning.seeding import seed_torch
+from fl_system.learning.sgd import Sgd
 from fl_system.messages import protocol
 
 
@@ -143,7 +145,7 @@ def train_locally(
         raise ValueError("this client has no training data")
     start = time.perf_counter()
     parts = parts or forward_parts()
-    torch.manual_seed(seed)
+    seed_torch(seed)
     generator = torch.Generator().manual_seed(seed)
     model.to(device).train()
     # in memory, moved to the device once; a large node's streamed records, per batch
@@ -160,7 +162,7 @@ def train_locally(
         seed=seed,
         parts=parts,
     )
-    optimizer = torch.optim.SGD(
+    optimizer = Sgd(
         model.parameters(),
         lr=settings.lr,
         momentum=settings.momentum,
@@ -175,7 +177,7 @@ def train_locally(
     for xb, yb in _batches_of(x, xs, ys, order, device, ahead):
         if augment is not None:
             xb = augment(xb, generator)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         logits, features = parts(model, xb)
         loss = loss_fn(logits, yb)
         term = rule.loss_term(ctx, xb, yb, logits, features)

@@ -12,6 +12,13 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from fl_system.messages import npy_arrays
+
+# Every process that packs or unpacks our messages (ServerApp, ClientApp, simulation engine
+# and workers, one's own Flower app using our strategies) converts Flower's Arrays with
+# headers made once per shape: the same bytes and arrays as Flower's own conversion.
+npy_arrays.install()
+
 LAYOUT = ".layout"  # suffix of the ConfigRecord describing a packed ArrayRecord
 _NAMES, _DTYPES, _NDIMS, _SHAPES = "names", "dtypes", "ndims", "shapes"
 

@@ -1,8 +1,8 @@
 """Third-party modules every ClientApp of this project imports, for the processes that fork
 ClientApps (the shared launcher, the simulation engine) to import once before forking.
 
-torch._dynamo is among them because torch's optimisers import it in their constructor: about
-1.5 s of CPU that would otherwise fall into the first round of every forked ClientApp.
+torch._dynamo is not: local training steps without torch.optim (`fl_system.learning.sgd`),
+whose first step imported it (about a second of CPU, most of the engine's start-up).
 pyarrow and Pillow come with the node-data readers that every ClientApp's code imports; left
 out, they were a third of each ClientApp task's CPU on a small model.
 """
@@ -14,8 +14,6 @@ import time
 
 PRELOAD = (
     "torch",
-    "torch._dynamo",
-    "torch.optim",
     "numpy",
     "pyarrow",
     "pyarrow.csv",
