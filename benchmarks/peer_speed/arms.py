@@ -120,7 +120,8 @@ def measure(arm: str, command: list[str], rows: Path, env: dict[str, str], log: 
     if code != 0:
         raise BenchmarkError(f"{arm} exited with {code}:\n{output_tail(log)}")
     with rows.open(newline="") as handle:
-        accuracies = [float(r["test_accuracy"]) for r in csv.DictReader(handle)]
+        # rounds that evaluate nothing (eval_every > 1) have no accuracy
+        accuracies = [float(r["test_accuracy"] or "nan") for r in csv.DictReader(handle)]
     if len(watch.times) != len(accuracies) or len(accuracies) < 3:
         raise BenchmarkError(f"{arm}: {len(accuracies)} rows, {len(watch.times)} seen")
     return Measured(arm, ended, watch.times, watch.cpu, accuracies,

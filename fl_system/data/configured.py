@@ -31,16 +31,21 @@ def _partitions(key: str) -> tuple[np.ndarray, ...]:
     source = build(OmegaConf.create(spec["source"]))
 
     def split() -> dict[str, np.ndarray]:
+        """Every partition's indices in one array (10,000 partitions are one file, not
+        10,000), with the partitions' sizes."""
         data = source.load()
         partitioner = build(OmegaConf.create(spec["partition"]))
         parts = partitioner.split(
             data.y_train, spec["num_partitions"], spec["seed"], groups=data.groups
         )
-        return {str(i): part for i, part in enumerate(parts)}
+        sizes = np.array([len(part) for part in parts], dtype=np.int64)
+        indices = np.concatenate([np.asarray(part, dtype=np.int64) for part in parts])
+        return {"indices": indices, "sizes": sizes}
 
     identity = source.cache_identity()
-    parts = split() if identity is None else cached_arrays({**spec, "source": identity}, split)
-    return tuple(parts[str(i)] for i in range(spec["num_partitions"]))
+    cached = split() if identity is None else cached_arrays({**spec, "source": identity}, split)
+    ends = np.cumsum(cached["sizes"])
+    return tuple(np.split(cached["indices"], ends[:-1]))
 
 
 def partition_indices(cfg: DictConfig, num_partitions: int) -> tuple[np.ndarray, ...]:

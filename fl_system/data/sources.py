@@ -26,7 +26,7 @@ from fl_system.data.locations import (
     locate,
     places,
 )
-from fl_system.data.synthetic import generate_synthetic
+from fl_system.data.synthetic import draw_synthetic
 
 __all__ = [
     "Cifar10",
@@ -178,7 +178,7 @@ class Synthetic(_Source):
 
     def _read(self) -> DatasetArrays:
         _check_fraction(self.test_fraction)
-        data = generate_synthetic(
+        draw = draw_synthetic(
             alpha=self.alpha,
             beta=self.beta,
             num_users=self.num_users,
@@ -188,18 +188,25 @@ class Synthetic(_Source):
             max_samples_per_user=self.max_samples_per_user,
         )
         # Like FedProx: shuffle each user's samples, keep the first part for training and pool
-        # the rest into one test set. A separate stream keeps the data itself seed-stable.
+        # the rest into one test set. A separate stream keeps the data itself seed-stable, so
+        # each user's rows go straight to their places (no copy of all users' rows is held).
+        n_train = np.maximum(1, ((1.0 - self.test_fraction) * draw.sizes).astype(np.int64))
+        n_test = draw.sizes - n_train
+        x_train = np.empty((int(n_train.sum()), self.dimension), np.float32)
+        x_test = np.empty((int(n_test.sum()), self.dimension), np.float32)
+        y_train, y_test = np.empty(len(x_train), np.int64), np.empty(len(x_test), np.int64)
         rng = np.random.default_rng((self.seed, 1))
-        train, test = [], []
-        for k in range(self.num_users):
-            idx = rng.permutation(np.flatnonzero(data.user == k))
-            n_train = max(1, int((1.0 - self.test_fraction) * len(idx)))
-            train.append(idx[:n_train])
-            test.append(idx[n_train:])
-        tr, te = np.concatenate(train), np.concatenate(test)
-        return DatasetArrays(
-            data.x[tr], data.y[tr], data.x[te], data.y[te], self.num_classes, data.user[tr]
-        )
+        at_train = at_test = 0
+        for k, (xx, yy) in enumerate(draw.users()):
+            order = rng.permutation(len(yy))
+            train, test = order[: n_train[k]], order[n_train[k] :]
+            x_train[at_train : at_train + len(train)] = xx[train]
+            y_train[at_train : at_train + len(train)] = yy[train]
+            x_test[at_test : at_test + len(test)] = xx[test]
+            y_test[at_test : at_test + len(test)] = yy[test]
+            at_train, at_test = at_train + len(train), at_test + len(test)
+        groups = np.repeat(np.arange(self.num_users, dtype=np.int64), n_train)
+        return DatasetArrays(x_train, y_train, x_test, y_test, self.num_classes, groups)
 
 
 def _download(name: str, root: Path) -> None:

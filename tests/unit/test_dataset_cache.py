@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 import fl_system.data.configured as configured
 import fl_system.data.sources as sources
-from fl_system.data.dataset_cache import cache_file, cached_arrays
+from fl_system.data.dataset_cache import cache_dir, cached_arrays, read_arrays, write_arrays
 from fl_system.settings.config_nodes import build
 
 
@@ -43,10 +43,30 @@ def test_arrays_are_built_once_and_read_back_identical() -> None:
     assert len(calls) == 2
 
 
-def test_a_damaged_file_is_built_again(private_cache: Path) -> None:
+def test_arrays_come_back_mapped_and_read_only_empty_and_scalar_ones_too() -> None:
+    arrays = {"big": np.arange(100_000.0), "empty": np.zeros((0, 3)), "scalar": np.int64(7)}
+    cached_arrays({"k": 1}, lambda: arrays)
+    again = cached_arrays({"k": 1}, lambda: pytest.fail("built twice"))
+    assert isinstance(again["big"], np.memmap)  # pages shared by every process that maps it
+    for name, want in arrays.items():
+        got = again[name]
+        assert got.shape == np.shape(want) and np.array_equal(got, want)
+        assert not got.flags.writeable
+
+
+def test_a_damaged_entry_is_built_again(private_cache: Path) -> None:
     cached_arrays({"k": 1}, lambda: {"a": np.ones(3)})
-    cache_file({"k": 1}).write_bytes(b"not an npz")
+    (cache_dir({"k": 1}) / "a.npy").write_bytes(b"not an npy")
     assert np.array_equal(cached_arrays({"k": 1}, lambda: {"a": np.zeros(3)})["a"], np.zeros(3))
+    assert np.array_equal(read_arrays(cache_dir({"k": 1}))["a"], np.zeros(3))
+
+
+def test_an_entry_another_process_wrote_first_is_kept() -> None:
+    folder = cache_dir({"k": 1})
+    assert write_arrays(folder, {"a": np.ones(3)})
+    assert write_arrays(folder, {"a": np.zeros(3)})  # the race's loser: its copy is dropped
+    assert np.array_equal(read_arrays(folder)["a"], np.ones(3))
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # nothing left over
 
 
 def test_an_unwritable_cache_still_returns_the_arrays(
@@ -64,7 +84,7 @@ def test_a_cached_source_loads_what_it_parses(source: sources._Source) -> None:
     cold = source.load()
     sources._cached_load.cache_clear()
     warm = source.load()  # from the file now
-    assert cache_file({"dataset": source.cache_identity()}).is_file()
+    assert read_arrays(cache_dir({"dataset": source.cache_identity()})) is not None
     for data in (cold, warm):
         assert data.num_classes == parsed.num_classes
         for name in ("x_train", "y_train", "x_test", "y_test", "groups"):
