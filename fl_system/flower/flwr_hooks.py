@@ -38,12 +38,15 @@ from typing import TYPE_CHECKING
 
 import flwr.supercore.heartbeat as flwr_heartbeat
 from flwr.app import Message
+from flwr.app.message.arraychunk import ArrayChunk
 from flwr.common.constant import (
     HEARTBEAT_CALL_TIMEOUT,
     HEARTBEAT_MAX_INTERVAL,
     ISOLATION_MODE_PROCESS,
 )
+from flwr.supercore.constant import HEAD_BODY_DIVIDER, HEAD_VALUE_DIVIDER
 from flwr.supercore.inflatable.inflatable_object import (
+    InflatableObject,
     get_all_nested_objects,
     no_object_id_recompute,
 )
@@ -332,8 +335,18 @@ def wire_sizes(messages: Iterable[Message]) -> list[WireSize]:
             whole = content = 0
             for object_id, obj in get_all_nested_objects(message).items():
                 if object_id not in sizes:
-                    sizes[object_id] = len(obj.deflate())
+                    sizes[object_id] = deflated_size(obj)
                 whole += sizes[object_id]
                 content += 0 if obj is message else sizes[object_id]
             out.append(WireSize(whole, content))
     return out
+
+
+def deflated_size(obj: InflatableObject) -> int:
+    """`len(obj.deflate())`; for an array chunk (nearly all of a model's bytes) counted from
+    Flower's header format instead of copying the chunk into a new one (0.1 ms a reply)."""
+    if type(obj) is ArrayChunk:
+        body = memoryview(obj.data)
+        head = f"{ArrayChunk.__qualname__}{HEAD_VALUE_DIVIDER}{HEAD_VALUE_DIVIDER}{len(body)}"
+        return len(head.encode()) + len(HEAD_BODY_DIVIDER) + body.nbytes
+    return len(obj.deflate())

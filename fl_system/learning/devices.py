@@ -47,5 +47,7 @@ def apply_thread_limit() -> None:
     import torch
 
     threads = os.environ.get(THREADS_ENV)
-    if threads:
+    # only when it differs: setting it, even to the same count, costs the next forward and
+    # backward passes ~0.4 ms (a small CNN's local round: +8 %)
+    if threads and torch.get_num_threads() != int(threads):
         torch.set_num_threads(int(threads))

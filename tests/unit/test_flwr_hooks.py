@@ -225,6 +225,27 @@ def test_wire_bytes_is_the_sum_over_messages_sharing_a_model() -> None:
     assert flwr_hooks.wire_bytes([]) == 0
 
 
+@pytest.mark.parametrize("length", [0, 9, 10, 99_999, 100_000])
+def test_a_chunks_size_is_counted_as_flower_deflates_it(length: int) -> None:
+    from flwr.app.message.arraychunk import ArrayChunk
+
+    chunk = ArrayChunk(memoryview(bytes(range(256)) * (length // 256) + bytes(length % 256)))
+    assert flwr_hooks.deflated_size(chunk) == len(chunk.deflate())
+
+
+def test_a_model_of_several_chunks_is_counted_exactly() -> None:
+    from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE as CHUNK
+
+    values = np.random.default_rng(0).standard_normal(CHUNK // 4 * 2 + 7).astype(np.float32)
+    zeros = np.zeros(CHUNK // 4 * 3, np.float32)  # identical chunks travel once
+    message = Message(
+        RecordDict({"arrays": ArrayRecord({"v": Array(values), "z": Array(zeros)})}),
+        dst_node_id=3,
+        message_type="train",
+    )
+    assert flwr_hooks.wire_bytes([message]) == _oracle_bytes(message)
+
+
 def _pulled(message_id: str, sender: int) -> types.SimpleNamespace:
     """A PullMessages response holding one reply's metadata."""
     metadata = types.SimpleNamespace(message_id=message_id, src_node_id=sender)
