@@ -13,11 +13,12 @@ each, 0.6 GB apiece for 10,000 Synthetic clients) and a page no process reads is
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -95,3 +96,21 @@ def write_arrays(folder: Path, arrays: Arrays) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
         return False
     return True
+
+
+@contextlib.contextmanager
+def mapped_briefly(array: np.ndarray) -> Iterator[np.ndarray]:
+    """`array` through a mapping of its own, unmapped on exit, when it is mapped from the cache.
+
+    Reading rows here and there through a process's lasting mapping leaves far more of the
+    file mapped than was read (the kernel maps the page cache's large folios whole): a
+    simulation worker cutting the partitions of the clients it was sent kept most of a 10,000
+    client dataset mapped, 0.25 GB of its memory. Copies taken inside stay valid after."""
+    if not isinstance(array, np.memmap) or array.filename is None:
+        yield array
+        return
+    brief = np.memmap(array.filename, array.dtype, "r", array.offset, array.shape)
+    try:
+        yield brief
+    finally:
+        brief._mmap.close()  # type: ignore[attr-defined]

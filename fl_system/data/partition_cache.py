@@ -20,6 +20,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from fl_system.data.configured import load_dataset, partition_indices
+from fl_system.data.dataset_cache import mapped_briefly
 
 # Bump when partitioning or preprocessing changes, so stale cached partitions are not reused.
 _CACHE_VERSION = 1
@@ -67,9 +68,10 @@ def prepare(cfg: DictConfig, root: Path, partition_ids: list[int] | None = None)
     data = load_dataset(cfg)
     indices = partition_indices(cfg, num_partitions)
     root.mkdir(parents=True, exist_ok=True)
-    for pid in missing:
-        idx = indices[pid]
-        _write_atomically(partition_file(cfg, pid, root), data.x_train[idx], data.y_train[idx])
+    with mapped_briefly(data.x_train) as x, mapped_briefly(data.y_train) as y:
+        for pid in missing:
+            idx = indices[pid]
+            _write_atomically(partition_file(cfg, pid, root), x[idx], y[idx])
 
 
 def _write_atomically(path: Path, x: np.ndarray, y: np.ndarray) -> None:

@@ -10,7 +10,13 @@ from omegaconf import OmegaConf
 
 import fl_system.data.configured as configured
 import fl_system.data.sources as sources
-from fl_system.data.dataset_cache import cache_dir, cached_arrays, read_arrays, write_arrays
+from fl_system.data.dataset_cache import (
+    cache_dir,
+    cached_arrays,
+    mapped_briefly,
+    read_arrays,
+    write_arrays,
+)
 from fl_system.settings.config_nodes import build
 
 
@@ -124,3 +130,16 @@ def test_partitions_are_cached_and_identical_to_a_fresh_split(private_cache: Pat
     fresh = build(cfg.partition).split(data.y_train, 4, 1)
     for got, cached, want in zip(first, again, fresh, strict=True):
         assert np.array_equal(got, want) and np.array_equal(cached, want)
+
+
+def test_rows_read_through_a_brief_mapping_stay_valid_after_it_closes() -> None:
+    values = np.arange(40_000, dtype=np.float32).reshape(10_000, 4)
+    mapped = cached_arrays({"k": 1}, lambda: {"x": values})["x"]
+    with mapped_briefly(mapped) as brief:
+        assert brief is not mapped and brief.filename == mapped.filename
+        rows = brief[[3, 9_999]]
+    assert np.array_equal(rows, values[[3, 9_999]])
+    assert np.array_equal(mapped[5], values[5])  # the lasting mapping is untouched
+    plain = np.ones(3)
+    with mapped_briefly(plain) as same:  # not from the cache: itself
+        assert same is plain
