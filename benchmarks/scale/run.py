@@ -6,8 +6,9 @@ seconds of a round (the median of round 2 on, from metrics.csv; central evaluati
 the last), the peak memory of its whole process
 tree (summed PSS: forked workers' shared pages count once) and the partition files its
 clients cached. "before" is a worktree of --before (the commit before the engine's one-pass
-pickup), run with that commit's code on the same data. Each setting's dataset is generated
-and cached once by a 1-round run first, so every measured run reads the same arrays.
+pickup), run with that commit's code on the same data. Each code runs each size twice: on a
+fresh cache (it generates the dataset and cuts the partitions it samples) and then warm (the
+same run again on what the first one cached).
 
     python -m benchmarks.scale.run [--clients 100,1000,10000] [--before REV] [--out PATH]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import shutil
 import statistics
 import tempfile
@@ -42,10 +44,28 @@ SETTING = [
     "eval_every=1000",
 ]
 TIMEOUT = 1800  # seconds for one run
+CACHE_STATES = ("fresh", "warm")
+RATIO_GOAL = 1.5  # the largest federation's s/round and peak memory against the next size's
 
 
-def measure(code: Code, clients: int, work: Path, label: str) -> dict[str, float]:
-    """One run of `code` with `clients` clients: its figures."""
+def _ratios(
+    results: dict[tuple[int, str, str], dict[str, float]], sizes: list[int], label: str
+) -> list[str]:
+    """The goal lines: each size's s/round and peak memory against the size before it."""
+    lines = ["", f"Goals (this code; at most {RATIO_GOAL}x the next smaller federation's):", ""]
+    for small, large in itertools.pairwise(sizes):
+        for state in CACHE_STATES:
+            a, b = results[small, label, state], results[large, label, state]
+            for name, key in (("s per round", "round"), ("peak memory", "peak GiB")):
+                ratio = b[key] / a[key]
+                verdict = "met" if ratio <= RATIO_GOAL else "not met"
+                what = f"{large:,} against {small:,}, {state}, {name}"
+                lines.append(f"- {what}: {ratio:.2f}x ({verdict})")
+    return lines
+
+
+def measure(code: Code, clients: int, work: Path, label: str, cache: Path) -> dict[str, float]:
+    """One run of `code` with `clients` clients on `cache`: its figures."""
     run_dir = work / label
     command = [
         *code.command(),
@@ -54,8 +74,6 @@ def measure(code: Code, clients: int, work: Path, label: str) -> dict[str, float
         f"num_rounds={ROUNDS}",
         f"hydra.run.dir={run_dir}",
     ]
-    cache = work / f"cache-{clients}-{label}"  # the dataset's arrays are shared, not partitions
-    shutil.copytree(work / f"cache-{clients}" / "arrays", cache / "arrays", dirs_exist_ok=True)
     samplers: list[PeakMemory] = []
     started = time.monotonic()
     run_fl(
@@ -90,21 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     before = worktree(args.before)
     arms = [Code(f"before ({args.before})", before), Code("after")]
     work = Path(tempfile.mkdtemp(prefix="scale-"))
-    results: dict[tuple[int, str], dict[str, float]] = {}
+    results: dict[tuple[int, str, str], dict[str, float]] = {}
     try:
         for clients in sizes:
-            warm = [*arms[1].command(), *SETTING, f"num_clients={clients}", "num_rounds=1"]
-            run_fl(
-                [*warm, f"hydra.run.dir={work / 'warm'}"],
-                work / "warm.out",
-                TIMEOUT,
-                arms[1].env(work / f"cache-{clients}"),
-            )
-            shutil.rmtree(work / "warm", ignore_errors=True)
             for code in arms:
-                label = f"{clients}-{code.label.split()[0]}"
-                results[clients, code.label] = measure(code, clients, work, label)
-                print(f"[bench] {clients} clients | {code.label}: {results[clients, code.label]}")
+                cache = work / f"cache-{clients}-{code.label.split()[0]}"
+                for state in CACHE_STATES:  # the first run fills the cache the second reads
+                    label = f"{clients}-{code.label.split()[0]}-{state}"
+                    figures = measure(code, clients, work, label, cache)
+                    results[clients, code.label, state] = figures
+                    print(f"[bench] {clients} clients | {code.label} | {state}: {figures}")
     finally:
         remove_worktree(before)
         shutil.rmtree(work, ignore_errors=True)
@@ -117,20 +130,20 @@ def main(argv: list[str] | None = None) -> int:
         "wall: start to exit; start-up: fl-run's phases (data checked, first round done); "
         "s per round: the median of rounds 2 on (the last one also evaluates); "
         "peak memory: summed PSS of the run's process tree; "
-        "files: the partitions its clients cached (one per client sampled; the dataset's arrays "
-        "were cached before).",
+        "files: the partitions its clients cached (one per client sampled). cache: fresh (empty: "
+        "the run generates the dataset) or warm (what the fresh run left).",
         "",
-        "| clients | code | wall s | data checked s | first round done s | s per round | "
+        "| clients | code | cache | wall s | data checked s | first round done s | s per round | "
         "peak memory GiB | partition files |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (clients, label), f in results.items():
+    for (clients, label, state), f in results.items():
         lines.append(
-            f"| {clients:,} | {label} | {f['wall']:.1f} | {f['data checked']:.1f} | "
+            f"| {clients:,} | {label} | {state} | {f['wall']:.1f} | {f['data checked']:.1f} | "
             f"{f['first round done']:.1f} | {f['round']:.2f} | {f['peak GiB']:.2f} | "
             f"{f['files']:.0f} |"
         )
-    write_report(args.out, lines)
+    write_report(args.out, lines + _ratios(results, sizes, arms[1].label))
     return 0
 
 
