@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from fl_system.config.experiment import build_strategy, central_test_set
 from fl_system.heterogeneity import traces
 from fl_system.learning import score
-from fl_system.learning.devices import resolve_device
+from fl_system.learning.devices import evaluation_threads, resolve_device
 from fl_system.learning.evaluation import counts_for
 from fl_system.learning.own_model import build_model
 from fl_system.records import run_log
@@ -197,7 +197,8 @@ class RoundDriver:
 
     def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:
         """The test_* columns: the reported metrics of the model on the server's test data."""
-        metrics = counts_for(self.cfg, model, x, y, device=self.device).metrics()
+        with evaluation_threads(self.cfg.server.torch_threads):
+            metrics = counts_for(self.cfg, model, x, y, device=self.device).metrics()
         return {f"test_{k}": metrics[k] for k in score.reported(self.cfg) if k in metrics}
 
     def _evaluate_on_clients(self, rnd: int, arrays: ArrayRecord) -> dict:

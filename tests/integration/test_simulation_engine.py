@@ -120,6 +120,7 @@ def test_the_engine_sizes_its_thread_pools_unless_the_user_did(
     pools = dict(v.decode().split("=", 1) for v in environ if v.split(b"=")[0].endswith(b"THREADS"))
     assert pools == {
         "FL_TORCH_THREADS": "2",
+        "FL_EVAL_THREADS": str(len(os.sched_getaffinity(0))),  # its clients idle meanwhile
         "OMP_NUM_THREADS": "2",
         "MKL_NUM_THREADS": "2",
         "OPENBLAS_NUM_THREADS": "3",
