@@ -76,7 +76,15 @@ def _goal(what: str, value: float, goal: float, unit: str = "x") -> str:
     return f"- {what}: {value:.2f}{unit} ({'met' if value <= goal else 'not met'})"
 
 
-def write_report(out: Path, results: dict[str, list[Measured]], reps: int, when: str) -> None:
+def saved_when(out: Path) -> str:
+    """The time the report at `out` gives for its invocation (kept when it is rendered again)."""
+    head = out.read_text().split("\n")[2]
+    return head.split("`, ", 1)[1].split(";", 1)[0]
+
+
+def write_report(
+    out: Path, results: dict[str, list[Measured]], reps: int, when: str, notes: Path | None
+) -> None:
     head = [
         "# Simulated rounds against pfl-research and a plain PyTorch loop",
         "",
@@ -87,4 +95,4 @@ def write_report(out: Path, results: dict[str, list[Measured]], reps: int, when:
         "thread settings (its defaults).",
     ]
     sections = [head, *(_workload_section(n, r, reps) for n, r in results.items())]
-    out.write_text(report_text(sections))
+    out.write_text(report_text(sections, notes))

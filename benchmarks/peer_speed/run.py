@@ -26,7 +26,7 @@ from benchmarks.peer_speed.arms import (
     project_arm,
     run_in_scratch,
 )
-from benchmarks.peer_speed.report import write_report
+from benchmarks.peer_speed.report import saved_when, write_report
 from benchmarks.peer_speed.workload import WORKLOADS, export
 
 STUDY = "peer_speed"
@@ -50,7 +50,19 @@ def main() -> None:
         "--venv", type=Path, default=Path(tempfile.gettempdir()) / "fl-peer-speed-pfl",
         help="pfl-research's venv (made if missing)",
     )  # fmt: skip
+    parser.add_argument("--notes", action="store_true", help="append notes.md to the report")
+    parser.add_argument(
+        "--render-only", action="store_true", help="write the report from runs.json again"
+    )
     args = parser.parse_args()
+    out = report_path(STUDY)
+    notes = out.with_name("notes.md") if args.notes else None
+    if args.render_only:
+        saved = json.loads(out.with_name("runs.json").read_text())
+        results = {name: [Measured(**m) for m in runs] for name, runs in saved.items()}
+        reps = len(next(iter(results.values()))) // 3
+        write_report(out, results, reps, saved_when(out), notes)
+        return
     venv = peer_venv(args.venv)
     results: dict[str, list[Measured]] = {}
     with tempfile.TemporaryDirectory(prefix="peer-speed-") as tmp:
@@ -71,11 +83,10 @@ def main() -> None:
                         flush=True,
                     )
                     results.setdefault(name, []).append(m)
-    out = report_path(STUDY)
     out.with_name("runs.json").write_text(
         json.dumps({k: [asdict(m) for m in v] for k, v in results.items()}, indent=1)
     )
-    write_report(out, results, args.reps, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    write_report(out, results, args.reps, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), notes)
     print(f"[peer_speed] report: {out}")
 
 
