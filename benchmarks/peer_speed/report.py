@@ -20,7 +20,12 @@ def _median(runs: Sequence[Measured], value: Callable[[Measured], float]) -> flo
     return statistics.median(value(m) for m in runs)
 
 
-def _workload_section(name: str, runs: list[Measured], reps: int) -> list[str]:
+def _reps(runs: list[Measured]) -> int:
+    """The repetitions of one workload: its plain loop's runs."""
+    return sum(m.arm == LOOP for m in runs)
+
+
+def _workload_section(name: str, runs: list[Measured]) -> list[str]:
     by_arm: dict[str, list[Measured]] = {}
     for m in runs:
         by_arm.setdefault(m.arm, []).append(m)
@@ -33,7 +38,7 @@ def _workload_section(name: str, runs: list[Measured], reps: int) -> list[str]:
         f"{w.clients_per_round} a round, {w.num_rounds} rounds",
         "",
         f"FedAvg, {w.local_epochs} local epoch of batch {w.batch_size}, SGD lr {w.lr}, central "
-        f"evaluation every round, seed {w.seed}. Median of {reps} repetitions per arm.",
+        f"evaluation every round, seed {w.seed}. Median of {_reps(runs)} repetitions per arm.",
         "",
         "| arm | s/round | x loop | CPU s/round | x loop | x pfl | launch to exit s | "
         "start-up s | final accuracy | peak PSS GiB |",
@@ -83,8 +88,9 @@ def saved_when(out: Path) -> str:
 
 
 def write_report(
-    out: Path, results: dict[str, list[Measured]], reps: int, when: str, notes: Path | None
+    out: Path, results: dict[str, list[Measured]], when: str, notes: Path | None
 ) -> None:
+    reps = _reps(next(iter(results.values())))
     head = [
         "# Simulated rounds against pfl-research and a plain PyTorch loop",
         "",
@@ -94,5 +100,5 @@ def write_report(
         "median round. The loop and pfl-research run one thread; the project runs with no "
         "thread settings (its defaults).",
     ]
-    sections = [head, *(_workload_section(n, r, reps) for n, r in results.items())]
+    sections = [head, *(_workload_section(n, r) for n, r in results.items())]
     out.write_text(report_text(sections, notes))

@@ -60,8 +60,7 @@ def main() -> None:
     if args.render_only:
         saved = json.loads(out.with_name("runs.json").read_text())
         results = {name: [Measured(**m) for m in runs] for name, runs in saved.items()}
-        reps = len(next(iter(results.values()))) // 3
-        write_report(out, results, reps, saved_when(out), notes)
+        write_report(out, results, saved_when(out), notes)
         return
     venv = peer_venv(args.venv)
     results: dict[str, list[Measured]] = {}
@@ -86,7 +85,7 @@ def main() -> None:
     out.with_name("runs.json").write_text(
         json.dumps({k: [asdict(m) for m in v] for k, v in results.items()}, indent=1)
     )
-    write_report(out, results, args.reps, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), notes)
+    write_report(out, results, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), notes)
     print(f"[peer_speed] report: {out}")
 
 

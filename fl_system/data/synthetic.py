@@ -42,9 +42,13 @@ class SyntheticDraw:
     _mean_x: np.ndarray
     _std_x: np.ndarray
 
+    @property
+    def dimension(self) -> int:
+        return int(self._mean_x.shape[1])
+
     def users(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(x float64 (n_k, dimension), y int64 (n_k,)) of user 0, 1, ... in order; once."""
-        dimension = self._mean_x.shape[1]
+        dimension = self.dimension
         for k, size in enumerate(self.sizes):
             w = self._rng.normal(self._mean_w[k], 1, (dimension, self.num_classes))
             b = self._rng.normal(self._mean_w[k], 1, self.num_classes)  # mean_b = mean_w
@@ -79,6 +83,9 @@ def draw_synthetic(
     sizes = np.minimum(sizes, max_samples_per_user)
     mean_w = rng.normal(0, alpha, num_users)
     b_shift = rng.normal(0, beta, num_users)
+    # Sigma is diagonal (Sigma_jj = j^-1.2): independent normals scaled by its root, which is
+    # multivariate_normal's distribution without its SVD (LAPACK in a simulation's server
+    # thread has hung in OpenBLAS's thread pool)
     std_x = np.power(np.arange(1, dimension + 1, dtype=np.float64), -0.6)
     mean_x = np.stack([rng.normal(b_shift[k], 1, dimension) for k in range(num_users)])
     return SyntheticDraw(sizes, num_classes, rng, mean_w, mean_x, std_x)
@@ -88,8 +95,8 @@ def generate_synthetic(**kwargs: int | float) -> SyntheticUsers:
     """Every sample of Synthetic(alpha, beta) (`draw_synthetic`'s arguments), grouped by user,
     users in order."""
     draw = draw_synthetic(**kwargs)  # type: ignore[arg-type]
-    total, dimension = int(draw.sizes.sum()), draw._mean_x.shape[1]
-    x, y = np.empty((total, dimension), np.float32), np.empty(total, np.int64)
+    total = int(draw.sizes.sum())
+    x, y = np.empty((total, draw.dimension), np.float32), np.empty(total, np.int64)
     at = 0
     for xx, yy in draw.users():
         x[at : at + len(yy)], y[at : at + len(yy)] = xx, yy
