@@ -239,10 +239,12 @@ def test_a_killed_tracked_run_shows_killed_and_its_resume_logs_each_round_once(
 ) -> None:
     """Ctrl-C mid-run: every tracker shows the run killed; `resume=true` continues the same
     tracked runs with only the rounds each lacks."""
-    # 150 rounds of ~0.03 s: the interrupt, sent once the tracking process (~3 s to start)
-    # has a round, lands mid-run
+    # 150 rounds of ~0.13 s (30 local epochs): the interrupt, sent once the tracking process
+    # (~3 s to start, more under load) has a round, lands mid-run; one epoch a round ended
+    # all 150 (3.3 s) before a loaded machine's tracker had one
     rounds, run_dir, store = 150, tmp_path / "run", tmp_path / "mlflow.db"
-    args = [*QUICK, "runtime=simulation", f"num_rounds={rounds}", EVERY_TRACKER]
+    args = [*QUICK, "runtime=simulation", f"num_rounds={rounds}", "train.local_epochs=30"]
+    args.append(EVERY_TRACKER)
     args += [f"tracking.uri=sqlite:///{store}", f"hydra.run.dir={run_dir}"]
     stopped = interrupt_when(
         args,
