@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.client_app import ClientAppException
 
-from fl_system.runtime.launch.worker_pool import PoolBackend, WorkerPool, pool_size
+from fl_system.runtime.launch.worker_pool import DEPTH, PoolBackend, WorkerPool, pool_size
 
 app = ClientApp()
 
@@ -36,12 +36,12 @@ def train(msg: Message, context: Context) -> Message:
     return Message(reply, reply_to=msg)
 
 
-def _message(fail: bool = False, sleep: float = 0.0) -> Message:
+def _message(fail: bool = False, sleep: float = 0.0, first: float = 0.0) -> Message:
     from flwr.app import ConfigRecord
 
     content = RecordDict(
         {
-            "arrays": ArrayRecord([np.arange(6, dtype=np.float32).reshape(2, 3)]),
+            "arrays": ArrayRecord([first + np.arange(6, dtype=np.float32).reshape(2, 3)]),
             "config": ConfigRecord({"fail": fail, "sleep": sleep}),
         }
     )
@@ -97,6 +97,53 @@ def test_workers_run_messages_at_once(pool: WorkerPool) -> None:
     for t in threads:
         t.join(30)
     assert len(pids) == 2 and pool.is_idle()
+
+
+def test_a_worker_holds_its_next_messages_and_each_reply_goes_to_its_sender() -> None:
+    """DEPTH messages wait in a worker's pipe at once; each caller gets its own reply (the
+    worker answers in the order sent), and no caller waits for a third slot."""
+    pool = WorkerPool(app, size=1)
+    got: dict[int, float] = {}
+    try:
+
+        def one(k: int) -> None:
+            reply, _ = pool.run(_message(sleep=0.05, first=100.0 * k), _context())
+            got[k] = float(reply.content["arrays"].to_numpy_ndarrays()[0].flat[0])
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(3 * DEPTH)]
+        for t in threads:
+            t.start()
+        time.sleep(0.02)
+        assert pool._workers[0].in_flight == DEPTH  # the rest wait for a slot
+        for t in threads:
+            t.join(30)
+    finally:
+        pool.close()
+    assert got == {k: 200.0 * k for k in range(3 * DEPTH)}
+
+
+def test_a_killed_worker_fails_every_message_it_held(pool: WorkerPool) -> None:
+    victim = pool._workers[0]
+    outcomes: list[str] = []
+
+    def one() -> None:
+        try:
+            pool.run(_message(sleep=1.0), _context())
+            outcomes.append("replied")
+        except ClientAppException as err:
+            outcomes.append(str(err).strip().rsplit("Message: ", 1)[-1])
+
+    threads = [threading.Thread(target=one) for _ in range(2 * DEPTH)]  # both workers full
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    assert victim.in_flight == DEPTH
+    os.kill(victim.pid, signal.SIGKILL)
+    for t in threads:
+        t.join(30)
+    died = f"worker process {victim.pid} died (killed by signal 9)"
+    assert sorted(outcomes) == sorted([f"the ClientApp {died}"] * DEPTH + ["replied"] * DEPTH)
+    assert pool.alive == 1
 
 
 def test_a_clientapp_that_raises_is_the_nodes_error_and_the_worker_goes_on(
@@ -179,6 +226,6 @@ def test_a_worker_whose_engine_ends_mid_message_exits_quietly(
 def test_the_backend_refuses_another_clientapp(pool: WorkerPool) -> None:
     backend = PoolBackend(pool)
     backend.build(lambda: app)
-    assert backend.num_workers == 2
+    assert backend.num_workers == 2 * DEPTH  # Flower's engine threads: DEPTH per worker
     with pytest.raises(ClientAppException, match="another ClientApp"):
         backend.build(lambda: ClientApp())

@@ -7,7 +7,11 @@ the ClientApp, so they are ready in milliseconds, and they serve every run of a 
 
 Each worker runs the ClientApp exactly as Flower's Ray actor does (`app(message, context)`,
 the updated context sent back); a ClientApp that raises becomes Flower's ClientAppException,
-which the engine turns into the node's error reply. Workers are forked before the engine
+which the engine turns into the node's error reply. Each worker is handed up to DEPTH messages
+at once (Flower's engine runs DEPTH threads per worker), in order through its pipe: while it
+trains one client the next is already waiting, instead of idling through the engine's turn
+around (handing its reply over, taking the next message: a third of a small client's time,
+one interpreter lock shared by the engine's threads). Workers are forked before the engine
 starts any thread (so no lock is copied half-held) and before anything touches CUDA (a forked
 child cannot use a CUDA context its parent made), each on its share of the machine's GPUs.
 """
@@ -15,16 +19,16 @@ child cannot use a CUDA context its parent made), each on its share of the machi
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
+from typing import TypeVar
 
 from flwr.app import Context, Message
 from flwr.clientapp.client_app import ClientApp, ClientAppException
@@ -41,6 +45,7 @@ from flwr.server.superlink.fleet.vce.backend import Backend, BackendConfig
 from fl_system.runtime.launch.processes import write_into
 
 GPU_ENV = "CUDA_VISIBLE_DEVICES"
+T = TypeVar("T")
 
 
 def pool_size(client_cpus: float, client_gpus: float, cpus: int, gpus: int) -> int:
@@ -54,10 +59,20 @@ def pool_size(client_cpus: float, client_gpus: float, cpus: int, gpus: int) -> i
     return size
 
 
-@dataclass
+DEPTH = 2  # messages in a worker's pipe at once: one it runs, one it takes next
+
+
+@dataclass(eq=False)
 class _Worker:
     pid: int
     conn: Connection
+    in_flight: int = 0  # messages sent whose replies are not taken yet (the pool's lock)
+    sent: int = 0  # tickets handed out, in the order the messages went down the pipe
+    taken: int = 0  # replies taken: the reply to ticket t is taken when taken == t
+    broken: bool = False  # a message found its pipe broken (set in turn)
+    ended: str | None = None  # how it ended, once it died
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+    turn: threading.Condition = field(default_factory=threading.Condition)
 
 
 class WorkerPool:
@@ -65,9 +80,9 @@ class WorkerPool:
 
     def __init__(self, app: ClientApp, size: int, gpus: int = 0) -> None:
         self.app = app
-        self._idle: queue.Queue[_Worker] = queue.Queue()
         self._workers: list[_Worker] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # guards the list and each worker's in_flight
+        self._next = 0  # where the search for the least busy worker starts: turns
         for index in range(size):
             parent_end, child_end = Pipe()
             pid = os.fork()
@@ -83,9 +98,7 @@ class WorkerPool:
                     os.environ[GPU_ENV] = _gpu_share(index, gpus)
                 _serve(app, child_end)
             child_end.close()
-            worker = _Worker(pid, parent_end)
-            self._workers.append(worker)
-            self._idle.put(worker)
+            self._workers.append(_Worker(pid, parent_end))
 
     @property
     def alive(self) -> int:
@@ -93,36 +106,38 @@ class WorkerPool:
             return len(self._workers)
 
     def is_idle(self) -> bool:
-        return not self._idle.empty()
+        with self._lock:
+            return any(w.in_flight == 0 for w in self._workers)
 
     def run(self, message: Message, context: Context) -> tuple[Message, Context]:
-        """Run the ClientApp on one idle worker (waits for one)."""
+        """Run the ClientApp on the least busy worker (waits while each has DEPTH)."""
         worker = self._borrow()
         try:
-            worker.conn.send(_encode(message, context))
-            outcome, payload = worker.conn.recv()
+            outcome, payload = self._exchange(worker, _encode(message, context))
         except (EOFError, OSError) as died:
-            self._lose(worker)
             raise ClientAppException(
-                f"the ClientApp worker process {worker.pid} died ({_exit_status(worker.pid)})"
+                f"the ClientApp worker process {worker.pid} died ({self._lose(worker)})"
             ) from died
-        self._idle.put(worker)
+        finally:
+            self._give_back(worker)
         if outcome == "error":
             raise ClientAppException(payload)
         return _decode(payload)
 
     def redirect_output(self, log: Path) -> None:
         """Every worker writes its output into `log` from now on (each run its own log)."""
-        for worker in self._all_idle():
-            worker.conn.send(("log", str(log)))
-            worker.conn.recv()
-            self._idle.put(worker)
+        with self._lock:
+            self._lock.wait_for(lambda: all(w.in_flight == 0 for w in self._workers))
+            for worker in self._workers:  # between runs: nothing else is sent meanwhile
+                worker.conn.send(("log", str(log)))
+                worker.conn.recv()
 
     def close(self, wait: float = 1.0) -> None:
         """End every worker: each exits when its pipe closes; one still busy after `wait`
         seconds (the run failed under it) is killed."""
         with self._lock:
             workers, self._workers = self._workers, []
+            self._lock.notify_all()
         for worker in workers:
             worker.conn.close()
         deadline = time.monotonic() + wait
@@ -135,23 +150,68 @@ class WorkerPool:
                 time.sleep(0.01)
 
     def _borrow(self) -> _Worker:
-        while True:
-            if self.alive == 0:
-                raise ClientAppException("every ClientApp worker process has died")
+        """The live worker with the fewest messages in its pipe (the next in turn among
+        equals), once one has fewer than DEPTH."""
+        with self._lock:
+            while True:
+                if not self._workers:
+                    raise ClientAppException("every ClientApp worker process has died")
+                count = len(self._workers)
+                order = [self._workers[(self._next + i) % count] for i in range(count)]
+                worker = min(order, key=lambda w: w.in_flight)
+                if worker.in_flight < DEPTH:
+                    worker.in_flight += 1
+                    self._next = (self._workers.index(worker) + 1) % count
+                    return worker
+                self._lock.wait(timeout=1.0)
+
+    def _give_back(self, worker: _Worker) -> None:
+        with self._lock:
+            worker.in_flight -= 1
+            self._lock.notify_all()
+
+    @staticmethod
+    def _exchange(worker: _Worker, request: tuple[bytes, bytes]) -> tuple[str, object]:
+        """Send `request` down the worker's pipe and take its reply, in the order sent: the
+        worker answers its messages one by one."""
+        with worker.send_lock:
+            ticket = worker.sent
+            worker.sent += 1
             try:
-                return self._idle.get(timeout=1.0)
-            except queue.Empty:
-                continue
+                worker.conn.send(request)
+            except BaseException:
+                _in_turn(worker, ticket, lambda: None)  # the later tickets' turns come
+                raise
+        return _in_turn(worker, ticket, worker.conn.recv)
 
-    def _all_idle(self) -> list[_Worker]:
-        """Every live worker, waiting until each is idle (between runs all are)."""
-        return [self._borrow() for _ in range(self.alive)]
-
-    def _lose(self, worker: _Worker) -> None:
+    def _lose(self, worker: _Worker) -> str:
+        """Let a dead worker go; how it ended (each message it held says the same)."""
         with self._lock:
             if worker in self._workers:  # `close` may have let every worker go already
                 self._workers.remove(worker)
-        worker.conn.close()
+            if worker.ended is None:
+                worker.ended = _exit_status(worker.pid)
+        with worker.send_lock:  # no message is on its way down meanwhile
+            worker.conn.close()
+        return worker.ended
+
+
+def _in_turn(worker: _Worker, ticket: int, take: Callable[[], T]) -> T:
+    """`take()` once the replies to every earlier ticket of `worker` are taken; after one
+    found the pipe broken, the later ones do not touch it (it is being closed)."""
+    with worker.turn:
+        worker.turn.wait_for(lambda: worker.taken == ticket)
+    try:
+        if worker.broken:
+            raise EOFError("an earlier message found the worker's pipe broken")
+        return take()
+    except (EOFError, OSError):
+        worker.broken = True
+        raise
+    finally:
+        with worker.turn:
+            worker.taken += 1
+            worker.turn.notify_all()
 
 
 def _gpu_share(index: int, gpus: int) -> str:
@@ -239,7 +299,8 @@ class PoolBackend(Backend):
 
     @property
     def num_workers(self) -> int:
-        return self.pool.alive
+        """Flower's engine threads: DEPTH for each worker, so each has its next message."""
+        return self.pool.alive * DEPTH
 
     def is_worker_idle(self) -> bool:
         return self.pool.is_idle()
