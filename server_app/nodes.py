@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -74,6 +75,7 @@ class NodeRegistry:
         self.partition_of: dict[int, int] = {}
         self._left_out: dict[int, LeftOut] = {}  # nodes whose handshake failed or clashed
         self._last_holder: dict[int, int] = {}  # partition -> the node that held it last
+        self._last_held: Counter[int] = Counter()  # node -> partitions it held last
         self._failed: dict[int, str] = {}  # node -> why its ClientApp raised at the handshake
         self.excluded: set[int] = set()  # partitions whose data the run left out
         self._bytes_up = 0
@@ -160,6 +162,7 @@ class NodeRegistry:
             time.sleep(1.0)
 
     def _handshake(self, node_ids: list[int], timeout: float) -> None:
+        holders = {p: n for n, p in self.partition_of.items()}  # a look-up per reply, not a scan
         for reply in self._ask(node_ids, timeout):
             node = reply.metadata.src_node_id
             if reply.has_error():
@@ -177,7 +180,7 @@ class NodeRegistry:
                     f"(this run has num_clients={self._num_partitions})",
                 )
                 continue
-            holder = next((n for n, p in self.partition_of.items() if p == pid), None)
+            holder = holders.get(pid)
             if holder is not None and self._answers(holder):
                 self._turn_away(
                     node,
@@ -194,6 +197,7 @@ class NodeRegistry:
                 log.warning("partition %d moves from silent node %d to node %d", pid, holder, node)
                 del self.partition_of[holder]
             self.partition_of[node] = pid
+            holders[pid] = node
             self._left_out.pop(node, None)
             self._failed.pop(node, None)
             self._say_joined(node, pid)
@@ -204,13 +208,16 @@ class NodeRegistry:
         """One line per join and return: a node id seen before is the same node back (with
         SuperNode authentication a restarted node keeps its id), a new one is a new node."""
         before = self._last_holder.get(pid)
-        if node in self._last_holder.values():
+        if self._last_held[node]:
             self._say(f"node {node} returns with partition {pid}")
         elif before is not None:
             self._say(f"node {node} joins as partition {pid} (before: node {before})")
         else:
             self._say(f"node {node} joins as partition {pid}")
+        if before is not None:
+            self._last_held[before] -= 1
         self._last_holder[pid] = node
+        self._last_held[node] += 1
 
     def _turn_away(self, node: int, reason: str) -> None:
         """Leave the node out of this run and tell it why (its operator sees the reason)."""
@@ -235,11 +242,11 @@ class NodeRegistry:
         return any(not r.has_error() for r in self._ask([node_id], PROBE_SECONDS))
 
     def _ask(self, node_ids: list[int], timeout: float) -> list[Message]:
+        # one config record for all: serialized and counted once, not once per node
+        config = ConfigRecord({protocol.RUN_CONFIG: self._config_json})
         messages = [
             Message(
-                content=RecordDict(
-                    {protocol.CONFIG: ConfigRecord({protocol.RUN_CONFIG: self._config_json})}
-                ),
+                content=RecordDict({protocol.CONFIG: config}),
                 dst_node_id=node_id,
                 message_type=protocol.HANDSHAKE,
             )
