@@ -30,6 +30,7 @@ from fl_system.records.checkpoint import CheckpointError
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime import startup
 from fl_system.runtime.launch import LaunchError, StartsEarly, release_warm
+from fl_system.runtime.launch.engine_forks import start_early
 from fl_system.settings.config_nodes import build, new_run_id
 from fl_system.settings.value_checks import ConfigError
 
@@ -199,6 +200,26 @@ def main() -> None:
     # Ctrl-C stops the run even when fl-run was started from a background job, whose
     # SIGINT the shell ignores (and Python then leaves ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    start_early(sys.argv[1:])  # the simulation engine imports while the config is composed
+    try:
+        _checked_arguments()
+        _hydra_main()
+    except KeyboardInterrupt as stop:
+        name = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        done = stop.args[0] if stop.args else "every process of the run was stopped"
+        print(f"fl-run: {name}; {done}", file=sys.stderr)
+        sys.exit(143 if isinstance(stop, Terminated) else 130)
+    finally:
+        release_warm()  # a sweep's warm engine, an early engine no run took
+    # Every file is written and every process of the run is gone: the interpreter's own
+    # teardown (torch's exit hooks, finalising thousands of modules) would add about 1 s.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _checked_arguments() -> None:
+    """Check and rewrite fl-run's arguments before Hydra reads them (exit 2 if bad)."""
     try:
         check_syntax(sys.argv[1:])
         check_choices(sys.argv[1:], CONF_DIR)
@@ -207,20 +228,6 @@ def main() -> None:
             check_keys(sys.argv[1:], CONF_DIR)
     except ValueError as err:
         _fail(str(err), EXIT_BAD_INPUT)
-    try:
-        _hydra_main()
-    except KeyboardInterrupt as stop:
-        name = "terminated" if isinstance(stop, Terminated) else "interrupted"
-        done = stop.args[0] if stop.args else "every process of the run was stopped"
-        print(f"fl-run: {name}; {done}", file=sys.stderr)
-        sys.exit(143 if isinstance(stop, Terminated) else 130)
-    finally:
-        release_warm()  # a sweep's warm engine
-    # Every file is written and every process of the run is gone: the interpreter's own
-    # teardown (torch's exit hooks, finalising thousands of modules) would add about 1 s.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import QUICK, run_cli
+from tests.integration.fl_run_fork import FL_RUN
 
 pytestmark = pytest.mark.integration
 
@@ -199,3 +201,30 @@ def test_a_run_refused_by_validation_leaves_no_outputs_folder(tmp_path: Path, cl
         assert result.returncode == 2, result.stderr
         outputs = tmp_path / "outputs"
         assert (sorted(p.name for p in outputs.iterdir()) if outputs.exists() else []) == expected
+
+
+def test_a_refused_simulation_run_leaves_no_engine(tmp_path: Path, cli_env) -> None:
+    """fl-run forks the simulation engine before it composes the config: a run refused after
+    that ends the engine with it, though the engine is still importing (fl-run started by
+    name, as a user starts it: its engine imports everything itself, ~2 s)."""
+    marker = tmp_path / "refused"  # in the early engine's command line: fl-run's arguments
+    args = [*QUICK, "runtime=simulation", "num_rounds=-1", f"hydra.run.dir={marker}"]
+    result = subprocess.run(
+        [FL_RUN, *args], env=cli_env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert _running_with(str(marker)) == []
+
+
+def _running_with(text: str) -> list[int]:
+    """Live processes whose command line contains `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            zombie = (entry / "stat").read_text().rsplit(") ", 1)[1].startswith("Z")
+        except (OSError, ValueError, IndexError):
+            continue
+        if text in cmdline and not zombie:
+            found.append(int(entry.name))
+    return found

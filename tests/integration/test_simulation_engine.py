@@ -108,7 +108,7 @@ def test_the_engine_sizes_its_thread_pools_unless_the_user_did(
     pools get runtime.torch_threads threads each, read when they load; a pool's variable the
     user set is theirs. (An engine started by name, as a sweep's later engine is: a forked
     one's /proc environ would be fl-run's.)"""
-    monkeypatch.setattr(simulation, "_forkable", lambda: False)
+    monkeypatch.setattr(simulation, "forkable", lambda: False)
     for name in POOL_ENVS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")

@@ -1,57 +1,47 @@
 """runtime=simulation: Flower's simulation engine, num_clients virtual SuperNodes.
 
-The engine (`simulation_engine`) runs in a child process of its own session (fl-run forks it;
-a sweep's later engine is started by name), so everything it starts (forked ClientApp workers,
-or a private Ray's helpers) forms one process group that is torn down as a whole on failure,
-Ctrl-C or SIGTERM. With `runtime.address` it joins a Ray cluster that runs already
-(`ray_cluster`) and starts nothing there: tearing its group down ends only its Ray job. It
-starts while fl-run checks the data, and after a completed run it stays warm for the next
-member of a `-m` sweep with the same engine settings; fl-run ends it when it exits
-(`fl_system.runtime.launch.release_warm`).
+The engine (`simulation_engine`) runs in a child process of its own session (fl-run forks
+it, `engine_forks`; a sweep's later engine is started by name), so everything it starts
+(forked ClientApp workers, or a private Ray's helpers) forms one process group that is torn
+down as a whole on failure, Ctrl-C or SIGTERM. With `runtime.address` it joins a Ray cluster
+that runs already (`ray_cluster`) and starts nothing there: tearing its group down ends only
+its Ray job. It starts while fl-run composes and checks the config, and after a completed
+run it stays warm for the next member of a `-m` sweep with the same engine settings; fl-run
+ends it when it exits (`fl_system.runtime.launch.release_warm`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
-import os
 import select
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig
-from threadpoolctl import threadpool_limits
 
 from fl_system.learning.devices import thread_env
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime.launch import LaunchError, keep_warm, ray_cluster
 from fl_system.runtime.launch.client_state import discard_finished
-from fl_system.runtime.launch.forks import ForkedChild, become, exit_with, fork_session
+from fl_system.runtime.launch.engine_forks import (
+    EngineSettings,
+    adopt,
+    fork_engine,
+    forkable,
+    take_early,
+)
 from fl_system.runtime.launch.processes import ProcessGroup, tool_env
 from fl_system.runtime.launch.progress import follow_run, log_end, log_tail, server_log
 from fl_system.settings.config_nodes import config_to_json
 
 BACKENDS = ("process", "ray")  # forked workers (worker_pool), or Flower's RayBackend
 ENGINE_EXIT_SECONDS = 5.0  # an idle engine told to end gets this long before SIGKILL
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """What an engine is started with: runs that agree on all of it can share one."""
-
-    client_cpus: float
-    client_gpus: float
-    torch_threads: int
-    backend: str
-    address: str | None  # a Ray cluster's head (HOST:PORT), or None: a Ray of our own
 
 
 class SimulationRuntime:
@@ -125,27 +115,25 @@ class _Engine:
     def __init__(self, settings: EngineSettings, log: Path) -> None:
         self.settings = settings
         self.procs = ProcessGroup()
-        ours, theirs = socket.socketpair()
-        cmd = [
-            sys.executable,
-            "-m",
-            "fl_system.runtime.launch.simulation_engine",
-            str(theirs.fileno()),
-            str(settings.client_cpus),
-            str(settings.client_gpus),
-            settings.backend,
-            settings.address or "",
-        ]
         env = tool_env({**thread_env(settings.torch_threads), "RAY_DEDUP_LOGS": "0"})
-        with theirs:
-            if _forkable():
-                fork = partial(_fork_engine, theirs.fileno(), settings)
-                self.process = self.procs.start("simulation", cmd, log, env, spawner=fork)
-            else:
-                self.process = self.procs.start(
-                    "simulation", cmd, log, env, pass_fds=(theirs.fileno(),)
-                )
-        self.control = ours
+        early = take_early()
+        if early is not None:  # forked at fl-run's start, its imports done or under way
+            adopted = partial(adopt, early, settings)
+            cmd = _command(settings, early.child_fd)
+            self.process = self.procs.start("simulation", cmd, log, env, spawner=adopted)
+            self.control = early.control
+        else:
+            ours, theirs = socket.socketpair()
+            cmd = _command(settings, theirs.fileno())
+            with theirs:
+                if forkable():
+                    fork = partial(fork_engine, theirs.fileno(), settings)
+                    self.process = self.procs.start("simulation", cmd, log, env, spawner=fork)
+                else:
+                    self.process = self.procs.start(
+                        "simulation", cmd, log, env, pass_fds=(theirs.fileno(),)
+                    )
+            self.control = ours
         self.log = log  # where it writes now
         self._received = b""
 
@@ -169,7 +157,10 @@ class _Engine:
     def reply(self) -> dict | None:
         """The engine's answer to the run in progress, if it has come."""
         while b"\n" not in self._received and select.select([self.control], [], [], 0)[0]:
-            data = self.control.recv(4096)
+            try:
+                data = self.control.recv(4096)
+            except ConnectionResetError:  # it exited with the request unread
+                data = b""
             if not data:
                 break  # the engine exited: its exit code says how
             self._received += data
@@ -208,59 +199,18 @@ class _EngineRun:
         return self.code
 
 
-def _forkable() -> bool:
-    """fl-run may fork the engine: it is fl-run's first, started once the config is checked,
-    before fl-run ran any torch operation (whose OpenMP pool a child cannot use), and fl-run
-    runs no other thread, whose locks a child would inherit held. A later engine (a sweep
-    member with other engine settings) is started by name."""
-    first = not _started
-    _started.append(True)
-    return first and threading.active_count() == 1
-
-
-_started: list[bool] = []  # an engine was started by this process
-
-
-def _fork_engine(
-    control_fd: int, settings: EngineSettings, cmd: list[str], log: Path, env: dict[str, str]
-) -> ForkedChild:
-    """ProcessGroup's spawner for the engine: a fork of fl-run, which skips a fresh
-    interpreter's start and whatever fl-run imported already (its config stack; torch and
-    Flower when fl-run runs in a Python process that imported them). The child is what `cmd`
-    would start: its own session, `env`, output into `log`, no descriptor of fl-run's but
-    `control_fd`, and thread pools sized again (those loaded before the fork kept fl-run's)."""
-    pid = fork_session()
-    if pid:
-        return ForkedChild(pid)
-
-    def engine() -> int:
-        become(" ".join(cmd), log, env)
-        sys.stdout.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED has it by name
-        os.closerange(3, control_fd)
-        os.closerange(control_fd + 1, os.sysconf("SC_OPEN_MAX"))
-        _fresh_logging()
-        threadpool_limits(settings.torch_threads)
-        from fl_system.runtime.launch import simulation_engine
-
-        return simulation_engine.main(
-            control_fd,
-            settings.client_cpus,
-            settings.client_gpus,
-            settings.backend,
-            settings.address or "",
-        )
-
-    exit_with(engine)
-
-
-def _fresh_logging() -> None:
-    """Logging as a new interpreter has it: fl-run's Hydra config (root at ERROR, no handler,
-    every logger that existed then disabled) would silence the ServerApp's warnings."""
-    logging.root.handlers.clear()
-    logging.root.setLevel(logging.WARNING)
-    for logger in logging.Logger.manager.loggerDict.values():
-        if isinstance(logger, logging.Logger):
-            logger.disabled = False
+def _command(settings: EngineSettings, control_fd: int) -> list[str]:
+    """The engine started by name (or the command line a forked one shows)."""
+    return [
+        sys.executable,
+        "-m",
+        "fl_system.runtime.launch.simulation_engine",
+        str(control_fd),
+        str(settings.client_cpus),
+        str(settings.client_gpus),
+        settings.backend,
+        settings.address or "",
+    ]
 
 
 def _cuda_gpus() -> int:

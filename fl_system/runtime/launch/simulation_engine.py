@@ -1,8 +1,9 @@
 """The simulation engine process: Flower's simulation engine, kept warm for the next run.
 
-fl-run starts it as soon as the config is checked (`SimulationRuntime.start`), so its imports
-(Flower, both apps, torch) and, with `runtime.backend=process`, the forking of its ClientApp
-workers overlap fl-run's data checks. It then runs one simulation per request on its control
+fl-run forks it as it starts (`engine_forks`: its imports of Flower, both apps and torch,
+`prepare`, overlap fl-run's composing and checking of the config) or, for a later member of a
+sweep, once the config is checked; with `runtime.backend=process` it forks its ClientApp
+workers while fl-run checks the data. It then runs one simulation per request on its control
 socket, each writing its own log, and answers when that run ended; the members of a `-m`
 sweep are requests to the same engine.
 
@@ -29,40 +30,73 @@ import socket
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fl_system.runtime.launch.processes import write_into
 from fl_system.runtime.launch.worker_pool import PoolBackend, WorkerPool, pool_size
 
+if TYPE_CHECKING:
+    from flwr.clientapp import ClientApp
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What an engine imports and loads before it knows its settings: the apps' code (the
+    ClientApp is the one its workers run) and Flower's simulation engine."""
+
+    root: Path
+    server_ref: str
+    client_ref: str
+    client_app: ClientApp
+
+
+def prepare() -> Prepared:
+    """Import what every ClientApp would import on its own (before the workers are forked),
+    the apps and Flower's engine; the early engine does it while fl-run composes."""
+    from flwr.clientapp.client_app import LoadClientAppError
+    from flwr.supercore.object_ref import load_app
+
+    from fl_system.flower import flwr_engine
+    from fl_system.runtime.launch.components import app_dir, components
+    from fl_system.runtime.warm_imports import preload
+
+    preload()
+    root = app_dir()
+    server_ref, client_ref = components(root)
+    client_app = load_app(client_ref, LoadClientAppError, root)
+    load_app(server_ref, RuntimeError, root)  # imported now, while fl-run checks the data
+    flwr_engine.check()
+    return Prepared(root, server_ref, client_ref, client_app)
+
 
 def main(
-    control_fd: int, client_cpus: float, client_gpus: float, backend: str, address: str
+    control_fd: int,
+    client_cpus: float,
+    client_gpus: float,
+    backend: str,
+    address: str,
+    prepared: Prepared | None = None,
 ) -> int:
     from flwr.app import Context, RecordDict
-    from flwr.clientapp.client_app import LoadClientAppError
     from flwr.supercore.logger import update_console_handler
-    from flwr.supercore.object_ref import load_app
     from flwr.supercore.telemetry import EventType
 
     from fl_system.flower import flwr_engine
     from fl_system.messages import protocol
     from fl_system.records import run_log
     from fl_system.runtime.launch import ray_cluster
-    from fl_system.runtime.launch.components import app_dir, components
-    from fl_system.runtime.warm_imports import preload
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a stop ends every thread at once
-    preload()  # before forking the workers: what every ClientApp would import on its own
-    root = app_dir()
-    server_ref, client_ref = components(root)
-    client_app = load_app(client_ref, LoadClientAppError, root)
+    prepared = prepared or prepare()
+    root, server_ref, client_ref = prepared.root, prepared.server_ref, prepared.client_ref
     pool = None
     if backend == "process":
         size = pool_size(client_cpus, client_gpus, *_machine(client_gpus))
         gc.freeze()  # the workers' collector never scans (nor copies) what they inherit
-        pool = WorkerPool(client_app, size)
-    flwr_engine.check()
+        pool = WorkerPool(prepared.client_app, size)
     flwr_engine.simulation_pickup_on_store()
     flwr_engine.simulation_stops_at_once()
     if pool is not None:
@@ -70,7 +104,6 @@ def main(
     run_by_reference = flwr_engine.simulation_by_reference()
     logging.getLogger("flwr").setLevel(logging.INFO)
     update_console_handler(colored=False)  # the engine writes the run's log file itself
-    load_app(server_ref, RuntimeError, root)  # imported now, while fl-run checks the data
     # joined while fl-run checks the data; what is wrong is reported to the first run
     cluster_problem = _problem(partial(ray_cluster.join, address, client_gpus)) if address else None
     control = socket.socket(fileno=control_fd)
