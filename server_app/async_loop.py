@@ -83,13 +83,17 @@ class AsyncLoop:
             for t in self.timeline.in_flight
         )
 
-    def send(self, partition: int, earliest: float) -> Task:
-        """A task for `partition` from the current model, starting now, finishing no sooner
-        than `earliest` (its download and compute)."""
+    def send(self, partition: int, earliest: float, start: float | None = None) -> Task:
+        """A task for `partition` from the current model, starting now (or at `start`, later:
+        when its client comes online), finishing no sooner than `earliest` (its download and
+        compute)."""
         if self.free_slots <= 0:
             raise ValueError(f"all {self.concurrency} slots are busy")
+        begin = self.now if start is None else start
+        if begin < self.now:
+            raise ValueError(f"a task cannot start ({begin}) before now ({self.now})")
         self._starts[self.version] = self.model
-        return self.timeline.send(partition, self.version, self.now, earliest)
+        return self.timeline.send(partition, self.version, begin, earliest)
 
     def arrived(self, task_id: int, finish: float, model: list[np.ndarray], weight: float) -> None:
         """A task's reply: its model and weight, and when it finished (its upload counted)."""

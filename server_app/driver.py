@@ -42,6 +42,7 @@ from fl_system.records.run_dir import RunPaths
 from fl_system.records.tracking import chosen
 from fl_system.records.tracking.base import FAILED
 from fl_system.records.tracking.session import TrackedRun
+from server_app.federated.asynchronous import AsynchronousStrategy
 from server_app.federated.strategy import FederatedStrategy
 from server_app.federation import Federation
 from server_app.privacy import Privacy
@@ -161,6 +162,12 @@ class RoundDriver:
     # ----- one round ---------------------------------------------------------------------
     def _round(self, rnd: int, arrays: ArrayRecord) -> tuple[ArrayRecord, dict, ArrayRecord | None]:
         """The new global model, the metrics row and the model to evaluate."""
+        if isinstance(self.strategy, AsynchronousStrategy):  # a round is one server step
+            arrays, row = self.strategy.async_step(self.grid, arrays)
+            up, down = self.federation.take_handshake_bytes()
+            row["bytes_up"] += up
+            row["bytes_down"] += down
+            return arrays, {"round": rnd, **row}, None
         courier = self.federation.courier
         messages = self.flower.configure_train(rnd, arrays, ConfigRecord(), self.grid)
         replies = courier.send(self.grid, messages, "train").replies

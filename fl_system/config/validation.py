@@ -12,6 +12,7 @@ from fl_system.data.corruption import KINDS
 from fl_system.learning.app_supplied import check_app_data
 from fl_system.learning.freeloaders import KINDS as FREELOADER_KINDS
 from fl_system.learning.malicious import KINDS as MALICIOUS_KINDS
+from fl_system.learning.staleness import KINDS as STALENESS
 from fl_system.records import tracking
 from fl_system.settings.value_checks import (
     ConfigError,
@@ -71,6 +72,12 @@ RULES: dict[str, Rule] = {
     "aggregation.norm_ratio": (optional(above_one), "null (off) or a number above 1"),
     "aggregation.examples_ratio": (optional(above_one), "null (off) or a number above 1"),
     "aggregation.max_reply_ratio": (optional(positive_number), "null or a positive number"),
+    "async.concurrency": (integer_at_least(1), "a positive integer"),
+    "async.buffer_size": (integer_at_least(1), "a positive integer"),
+    "async.max_staleness": (optional(integer_at_least(0)), "null or an integer >= 0"),
+    "async.staleness": (lambda v: v in STALENESS, f"one of {', '.join(STALENESS)}"),
+    "async.a": (non_negative_number, "a number >= 0"),
+    "async.b": (non_negative_number, "a number >= 0"),
 }
 
 

@@ -6,7 +6,9 @@ from server_app.strategies.efl import Efl
 from server_app.strategies.fedacg import FedAcg
 from server_app.strategies.fedadagrad import FedAdagrad
 from server_app.strategies.fedadam import FedAdam
+from server_app.strategies.fedasync import FedAsync
 from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fedbuff import FedBuff
 from server_app.strategies.fedcat import FedCat
 from server_app.strategies.feddisco import FedDisco
 from server_app.strategies.feddyn import FedDyn
@@ -25,7 +27,9 @@ __all__ = [
     "FedAcg",
     "FedAdagrad",
     "FedAdam",
+    "FedAsync",
     "FedAvg",
+    "FedBuff",
     "FedCat",
     "FedDisco",
     "FedDyn",

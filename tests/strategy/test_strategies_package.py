@@ -7,12 +7,15 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
 from flwr.serverapp.strategy import Strategy
 from omegaconf import OmegaConf
 
 import server_app.strategies as strategies
 from client_app.algorithms.base import LocalRule
 from fl_system.config.compose import CONF_DIR
+from fl_system.settings.value_checks import ConfigError
+from server_app.federated.asynchronous import AsynchronousStrategy
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -41,10 +44,24 @@ def test_every_strategy_builds_with_plain_arguments_as_a_flower_strategy() -> No
     needs = {"FedDisco": {"num_classes": 10}, "Taco": {"local_steps": 5}}
     needs |= {"FedGsnr": {"train": {"local_steps": 5}}, "FedCat": {"k": 1}}
     for name in strategies.__all__:
-        built = getattr(strategies, name)(num_clients=4, **needs.get(name, {}))
+        cls = getattr(strategies, name)
+        if issubclass(cls, AsynchronousStrategy):
+            continue  # no rounds for Flower's loop: the next test
+        built = cls(num_clients=4, **needs.get(name, {}))
         assert isinstance(built, Strategy), name
         assert built.experiment.dataset.name == "app" and built.experiment.model.name == "app"
         assert built.experiment.num_clients == 4, name
+
+
+def test_the_asynchronous_strategies_say_in_one_line_what_they_need() -> None:
+    """FedBuff and FedAsync order updates by a virtual clock, which fl-run's simulation has
+    and a Flower app of one's own does not."""
+    for cls in (strategies.FedBuff, strategies.FedAsync):
+        with pytest.raises(ConfigError, match=r"system.name=none is refused: .* virtual clock"):
+            cls(num_clients=4)
+        clocked = ["system=profiles", "runtime=simulation", "dataset=digits", "model=mlp"]
+        built = cls(experiment=clocked)
+        assert isinstance(built, Strategy) and built.experiment.system.name == "profiles"
 
 
 ROOT = README.parent

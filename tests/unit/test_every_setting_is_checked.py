@@ -26,6 +26,8 @@ NEEDS = {  # what an option needs besides BASE to compose into a valid run
     ("partition", "niid2"): {"num_clients": 6},
     ("algorithm", "fedgsnr"): {"train.local_steps": 5},
     ("algorithm", "taco"): {"train.local_steps": 5},
+    ("algorithm", "fedbuff"): {"system": "profiles", "runtime": "simulation"},
+    ("algorithm", "fedasync"): {"system": "profiles", "runtime": "simulation"},
     ("model", "cnn"): {"dataset": "mnist5k"},
     ("model", "resnet18_gn"): {"dataset": "mnist5k"},
     ("model", "vgg11"): {"dataset": "mnist5k"},

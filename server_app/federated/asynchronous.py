@@ -1,0 +1,148 @@
+"""The base of the strategies without rounds (FedBuff, FedAsync): fl-run's round driver calls
+`async_step` where it runs a synchronous round, so one row of metrics.csv, one evaluation
+every `eval_every` and one checkpoint every `checkpoint.every` are per server step, and
+`num_rounds` counts server steps. The settings shared by both live in the `async.*` group.
+
+Flower's own loop (`Strategy.start`) is a sequence of synchronous rounds: these strategies
+refuse it with one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Unpack
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import Grid
+from omegaconf import DictConfig, OmegaConf
+
+from fl_system.learning.staleness import staleness_weight
+from fl_system.records import run_log
+from fl_system.settings.value_checks import ConfigError
+from server_app.async_loop import Update
+from server_app.async_steps import AsyncSettings, AsyncSteps
+from server_app.federated.experiment_binding import Common
+from server_app.federated.replies import ClientReply
+from server_app.federated.state import StrategyState
+from server_app.federated.strategy import FederatedStrategy
+from server_app.rounds import RoundPlan, RunFailed
+
+
+def _is(value: object) -> Callable[[object], bool]:
+    return lambda v: v == value
+
+
+def _is_not(value: object) -> Callable[[object], bool]:
+    return lambda v: v != value
+
+
+# What does not compose yet, and why (checked in this order; one line each)
+_REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    (
+        "system.name",
+        _is("none"),
+        "it orders updates by when each client finishes: it needs "
+        "a virtual clock (system=profiles, mobile, slow_uplink or trace)",
+    ),
+    ("runtime.name", _is_not("simulation"), "it runs in simulation for now (runtime=simulation)"),
+    ("privacy.name", _is_not("none"), "DP accounting assumes rounds of sampled clients"),
+    ("compression.up.name", _is_not("none"), "compressed updates are not decoded per task yet"),
+    ("compression.down.name", _is_not("none"), "broadcasts are not tracked per task yet"),
+    ("aggregation.robust.name", _is_not("mean"), "a robust rule over a buffer is not defined yet"),
+    ("client_eval.enabled", _is(True), "per-client evaluation would wait for tasks in flight"),
+    ("system.round_deadline", _is_not(None), "there are no rounds to set a deadline for"),
+    ("system.first_k", _is_not(None), "there are no rounds: every update counts as it arrives"),
+    ("stragglers.incomplete", _is_not(0), "stragglers' budgets are drawn per round"),
+    ("stragglers.inactive", _is_not(0), "stragglers' budgets are drawn per round"),
+    ("clients_per_round", _is_not(None), "async.concurrency says how many clients train at once"),
+    ("algorithm.disco.enabled", _is(True), "Disco weighting within a buffer is not defined yet"),
+    ("algorithm.gsnr.enabled", _is(True), "GSNR's step schedule is per round"),
+)
+
+
+def refusal(cfg: DictConfig) -> str | None:
+    """Why an asynchronous run of `cfg` cannot go ahead (None: it can)."""
+    for key, refused, why in _REFUSED:
+        value = OmegaConf.select(cfg, key)
+        if refused(value):
+            return f"{key}={value} is refused: {why}"
+    return None
+
+
+class AsynchronousStrategy(FederatedStrategy):
+    """A `FederatedStrategy` whose server steps as updates arrive; subclasses implement
+    `step(current, updates)`.
+
+    Parameters
+    ----------
+    **common
+        The arguments every strategy takes (`FederatedStrategy`); the experiment's `async.*`
+        settings (`concurrency`, `buffer_size`, `max_staleness`, `staleness`, `a`, `b`).
+    """
+
+    buffered = True  # False: a step per update (FedAsync), whatever async.buffer_size says
+
+    def __init__(
+        self, *, settings: Mapping[str, Any] | None = None, **common: Unpack[Common]
+    ) -> None:
+        super().__init__(settings=settings, **common)
+        cfg = self.experiment
+        if (problem := refusal(cfg)) is not None:
+            raise ConfigError(f"algorithm={cfg.algorithm.name}: {problem}")
+        group = cfg["async"]
+        self.staleness = (str(group.staleness), float(group.a), float(group.b))
+        clock = self.federation.clock
+        assert clock is not None  # refused without one
+        max_staleness = OmegaConf.select(cfg, "async.max_staleness")
+        self.steps = AsyncSteps(
+            AsyncSettings(
+                int(group.concurrency),
+                int(group.buffer_size) if self.buffered else 1,
+                None if max_staleness is None else int(max_staleness),
+            ),
+            self.step,
+            clock.system,
+            seed=int(cfg.seed),
+            timeout=float(cfg.round_timeout),
+            step_cost=self.step_cost,
+        )
+
+    def scale(self, staleness: int) -> float:
+        """s(staleness) under `async.staleness` (and its `a`, `b`)."""
+        kind, a, b = self.staleness
+        return staleness_weight(staleness, kind, a=a, b=b)
+
+    def step(self, current: list[np.ndarray], updates: Sequence[Update]) -> list[np.ndarray]:
+        """The model after a server step on `updates` (a full buffer)."""
+        raise NotImplementedError
+
+    def async_step(self, grid: Grid, arrays: ArrayRecord) -> tuple[ArrayRecord, dict[str, Any]]:
+        """Run until the next server step: its model and its metrics row."""
+        registry = self.federation.connect(grid)
+        nodes = registry.refresh(float(self.experiment.round_timeout))
+        return self.steps.step(grid, nodes, arrays, self.node_content)
+
+    # ----- what a synchronous loop would call -------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        raise RunFailed(
+            f"{type(self).__name__} has no rounds: it steps as updates arrive, which fl-run's "
+            "driver runs (Flower's Strategy.start waits for every round)"
+        )
+
+    def aggregate(
+        self, plan: RoundPlan, replies: list[ClientReply], weights: np.ndarray
+    ) -> list[np.ndarray]:
+        raise RunFailed(f"{type(self).__name__} aggregates per server step, not per round")
+
+    # ----- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> StrategyState:
+        return {**super().state_dict(), **self.steps.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        lost = self.steps.load_state_dict({k: v for k, v in state.items() if AsyncSteps.owns(k)})
+        if lost:
+            run_log.say(f"{lost} tasks in flight at the stop are lost; new ones take their slots")
+        super().load_state_dict({k: v for k, v in state.items() if not AsyncSteps.owns(k)})

@@ -1,0 +1,111 @@
+"""FedBuff and FedAsync through fl-run's simulation: a row per server step on the virtual
+clock, the same history under another CPU load, FedAvg to the bit when the buffer holds every
+client fresh, and one line for what is refused."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_cli
+
+pytestmark = pytest.mark.integration
+
+BASE = ["dataset=digits", "model=mlp", "runtime=simulation", "train.local_steps=5"]
+EQUAL_DEVICES = [  # every client as fast as every other: the same virtual times
+    "system=profiles",
+    "system.compute.sigma=0",
+    "system.uplink_mbps.sigma=0",
+    "system.downlink_mbps.sigma=0",
+]
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _history(run_dir: Path) -> list[dict[str, str]]:
+    """metrics.csv without this machine's timings and the bytes of Flower's random ids."""
+    return [
+        {k: v for k, v in row.items() if "seconds" not in k and "bytes" not in k}
+        for row in _rows(run_dir)
+    ]
+
+
+def test_fedbuff_steps_on_the_virtual_clock_and_repeats_exactly_under_load(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Six phones of differing speed, four training at once, a step every two updates: each
+    row is one step, later in virtual time, with its updates' staleness; a second run while
+    another process keeps a core busy gives the same history."""
+    args = [*BASE, "algorithm=fedbuff", "system=mobile", "num_clients=6", "num_rounds=6"]
+    args += ["async.concurrency=4", "async.buffer_size=2"]
+    quiet = run_cli([*args, f"hydra.run.dir={tmp_path / 'quiet'}"], cli_env)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = run_cli([*args, f"hydra.run.dir={tmp_path / 'loaded'}"], cli_env)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    rows = _rows(tmp_path / "quiet")
+    assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(int(r["participants"]) == 2 for r in rows)
+    clock = [float(r["virtual_clock"]) for r in rows]
+    assert clock == sorted(clock) and clock[0] > 0
+    assert max(int(r["staleness_max"]) for r in rows) >= 1  # four in flight, two per step
+    assert _history(tmp_path / "quiet") == _history(tmp_path / "loaded")
+
+
+def test_a_buffer_of_every_client_all_fresh_is_fedavg_to_the_bit(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """buffer_size = concurrency = the 4 clients, equal devices, constant staleness, eta 1:
+    each step is the synchronous round (same seed), accuracy, losses and clock alike."""
+    common = [*BASE, *EQUAL_DEVICES, "num_clients=4", "num_rounds=3"]
+    fedbuff = [*common, "algorithm=fedbuff", "async.concurrency=4", "async.buffer_size=4"]
+    fedbuff.append("async.staleness=constant")
+    runs = {"fedbuff": fedbuff, "fedavg": [*common, "algorithm=fedavg"]}
+    for name, args in runs.items():
+        result = run_cli([*args, f"hydra.run.dir={tmp_path / name}"], cli_env)
+        assert result.returncode == 0, result.stderr[-2000:]
+    columns = ("test_accuracy", "test_loss", "train_loss", "virtual_clock")
+    steps, rounds = (_rows(tmp_path / name) for name in runs)
+    assert len(steps) == len(rounds) == 3
+    for step, synchronous in zip(steps, rounds, strict=True):
+        assert {c: step[c] for c in columns} == {c: synchronous[c] for c in columns}
+        assert step["staleness_max"] == "0"
+
+
+def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    args = [*BASE, "algorithm=fedasync", "system=profiles", "num_clients=4", "num_rounds=4"]
+    args += ["async.concurrency=3", "async.staleness=hinge", "algorithm.mu=0.01"]
+    result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = _rows(tmp_path / "run")
+    assert [int(r["participants"]) for r in rows] == [1, 1, 1, 1]
+    assert float(rows[-1]["test_accuracy"]) > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        (["system=none"], "system.name=none is refused: it orders updates by when each client"),
+        (["system=mobile", "privacy=central_fixed"], "privacy.name=central_fixed is refused"),
+        (["system=mobile", "clients_per_round=2"], "clients_per_round=2 is refused"),
+    ],
+)
+def test_what_does_not_compose_is_refused_in_one_line(
+    extra: list[str], line: str, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    args = [*BASE, "algorithm=fedbuff", "num_clients=4", *extra, f"hydra.run.dir={tmp_path}"]
+    result = run_cli(args, cli_env, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [x for x in result.stderr.splitlines() if "error" in x.lower()]
+    assert len(errors) == 1 and f"algorithm=fedbuff: {line}" in errors[0], result.stderr
