@@ -188,7 +188,9 @@ def _unknown_key(key: str, overrides: Sequence[str], conf_dir: Path) -> str:
             if first in (OmegaConf.load(conf_dir / group / f"{name}.yaml") or {})
         ]
         verb = "has" if len(having) == 1 else "have"
-        where = f"; {' and '.join(f'{group}={h}' for h in having)} {verb} it" if having else ""
+        named = [f"{group}={h}" for h in having]
+        listed = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 2 else named)
+        where = f"; {listed} {verb} it" if having else ""
         return f"{key}: {group}={chosen} has no setting '{first}'{where}"
     cfg = OmegaConf.load(conf_dir / "config.yaml")
     near = difflib.get_close_matches(key.split(".")[0], [str(k) for k in cfg], n=3)

@@ -51,6 +51,11 @@ _REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("compression.down.name", _is_not("none"), "broadcasts are not tracked per task yet"),
     ("aggregation.robust.name", _is_not("mean"), "a robust rule over a buffer is not defined yet"),
     ("client_eval.enabled", _is(True), "per-client evaluation would wait for tasks in flight"),
+    (
+        "evaluation.mode",
+        _is_not("central"),
+        "the nodes' own scoring would wait for tasks in flight",
+    ),
     ("system.round_deadline", _is_not(None), "there are no rounds to set a deadline for"),
     ("system.first_k", _is_not(None), "there are no rounds: every update counts as it arrives"),
     ("stragglers.incomplete", _is_not(0), "stragglers' budgets are drawn per round"),

@@ -99,12 +99,15 @@ def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str])
         (["system=none"], "system.name=none is refused: it orders updates by when each client"),
         (["system=mobile", "privacy=central_fixed"], "privacy.name=central_fixed is refused"),
         (["system=mobile", "clients_per_round=2"], "clients_per_round=2 is refused"),
+        (["system=mobile", "runtime=local"], "runtime.name=local is refused: it runs in"),
+        (["system=mobile", "evaluation=federated"], "evaluation.mode=federated is refused"),
     ],
 )
 def test_what_does_not_compose_is_refused_in_one_line(
     extra: list[str], line: str, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    args = [*BASE, "algorithm=fedbuff", "num_clients=4", *extra, f"hydra.run.dir={tmp_path}"]
+    base = [a for a in BASE if a.split("=")[0] not in {e.split("=")[0] for e in extra}]
+    args = [*base, "algorithm=fedbuff", "num_clients=4", *extra, f"hydra.run.dir={tmp_path}"]
     result = run_cli(args, cli_env, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [x for x in result.stderr.splitlines() if "error" in x.lower()]

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import Strategy
 from omegaconf import OmegaConf
 
@@ -16,6 +17,7 @@ from client_app.algorithms.base import LocalRule
 from fl_system.config.compose import CONF_DIR
 from fl_system.settings.value_checks import ConfigError
 from server_app.federated.asynchronous import AsynchronousStrategy
+from server_app.rounds import RunFailed
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -62,6 +64,8 @@ def test_the_asynchronous_strategies_say_in_one_line_what_they_need() -> None:
         clocked = ["system=profiles", "runtime=simulation", "dataset=digits", "model=mlp"]
         built = cls(experiment=clocked)
         assert isinstance(built, Strategy) and built.experiment.system.name == "profiles"
+        with pytest.raises(RunFailed, match="has no rounds: it steps as updates arrive"):
+            built.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)  # type: ignore[arg-type]
 
 
 ROOT = README.parent

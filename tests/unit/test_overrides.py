@@ -122,7 +122,7 @@ def test_known_options_and_sweeps_pass() -> None:
         (
             ["algorithm.mu=0.1"],
             "algorithm.mu: algorithm=fedavg has no setting 'mu'; "
-            "algorithm=fedprox and algorithm=moon have it",
+            "algorithm=fedasync, algorithm=fedprox and algorithm=moon have it",
         ),
         (["num_roundz=3"], "num_roundz: no such setting; did you mean num_rounds?"),
         (

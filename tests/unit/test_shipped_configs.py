@@ -24,6 +24,7 @@ from fl_system.data.partitions import Partitioner
 from fl_system.learning.own_model import build_model
 from fl_system.settings.config_nodes import build
 from server_app.federated.strategy import FederatedStrategy
+from tests.algorithms import ASYNCHRONOUS
 
 
 def _options(group: str) -> list[str]:
@@ -37,7 +38,8 @@ def _cfg(*overrides: str) -> DictConfig:
 
 @pytest.mark.parametrize("name", _options("algorithm"))
 def test_algorithms_build_both_halves(name: str) -> None:
-    cfg = _cfg(f"algorithm={name}", "train.local_steps=5")
+    clock = ["system=profiles", "runtime=simulation"] if name in ASYNCHRONOUS else []
+    cfg = _cfg(f"algorithm={name}", "train.local_steps=5", *clock)
     assert cfg.algorithm.name == name
     target = get_class(cfg.algorithm.strategy._target_)
     assert issubclass(target, Strategy)  # Flower's: usable by any Flower app, wrappable
