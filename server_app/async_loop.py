@@ -95,13 +95,17 @@ class AsyncLoop:
         self._starts[self.version] = self.model
         return self.timeline.send(partition, self.version, begin, earliest)
 
-    def arrived(self, task_id: int, finish: float, model: list[np.ndarray], weight: float) -> None:
-        """A task's reply: its model and weight, and when it finished (its upload counted)."""
+    def arrived(
+        self, task_id: int, finish: float, model: list[np.ndarray] | None, weight: float = 0.0
+    ) -> None:
+        """A task's reply: its model and weight, and when it finished (its upload counted);
+        `model` None: the task came to nothing at `finish` (its client went offline, or
+        failed), and its slot frees then, in turn."""
         self.timeline.finished(task_id, finish)
         self._replies[task_id] = (model, weight)
 
     def lost(self, task_id: int) -> Task:
-        """A task that will not reply (its node left or failed): its slot frees now."""
+        """A task that will never reply (its node left): its slot frees now."""
         self._replies.pop(task_id, None)
         return self._release(self.timeline.take(task_id))
 
@@ -115,6 +119,9 @@ class AsyncLoop:
         self.timeline.take(task.task_id)
         self.now = max(self.now, task.finish)
         model, weight = self._replies.pop(task.task_id)
+        if model is None:
+            self._release(task)
+            return task, None
         staleness = self.version - task.version
         if self.max_staleness is not None and staleness > self.max_staleness:
             self.dropped += 1

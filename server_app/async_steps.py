@@ -37,6 +37,7 @@ from server_app.rounds import RoundPlan, RunFailed
 
 log = logging.getLogger(__name__)
 
+FUTILE_TASKS = 50  # tasks per slot that may come to nothing between two steps
 _DRAW = 0xA51C  # separates the draws of asynchronous slots from the rounds' sampling
 _STATE = "async/"  # checkpointed: version, virtual now, tasks sent, tasks in flight
 Content = Callable[[RoundPlan, int], RecordDict]  # the strategy's message for a partition
@@ -86,6 +87,7 @@ class AsyncSteps:
         self._lost_offline = self._failed = 0
         self._bytes = [0, 0]  # up, down since the last step
         self._losses: dict[int, float] = {}  # task id -> its reply's training loss
+        self._last_failure = ""
         self._restored: tuple[int, float] | None = None
 
     # ----- one server step -------------------------------------------------------------------
@@ -106,15 +108,28 @@ class AsyncSteps:
             taken = loop.take_next()
             if taken is not None:
                 waited = time.monotonic()
-                _, step = taken
+                task, step = taken
                 if step is not None:
                     return arrays_like(arrays, step.model), self._row(step)
+                if all(u.task is not task for u in loop.buffer):  # dropped, failed or lost
+                    self._losses.pop(task.task_id, None)
+                    self._check_progress()
                 continue
             if not self._pending:
                 raise RunFailed("no task is in flight and none can be sent: no client is left")
             if not self._collect(grid, loop) and time.monotonic() - waited > self.timeout:
                 self._lose_all(loop)
                 waited = time.monotonic()
+
+    def _check_progress(self) -> None:
+        """Many tasks in a row that came to nothing: the federation cannot make progress."""
+        wasted = self._failed + self._lost_offline
+        if wasted > FUTILE_TASKS * self.settings.concurrency:
+            why = f"; the last failure: {self._last_failure}" if self._last_failure else ""
+            raise RunFailed(
+                f"{wasted} tasks since the last server step came to nothing ({self._failed} "
+                f"failed, {self._lost_offline} went offline before finishing){why}"
+            )
 
     def _loop(self, arrays: ArrayRecord) -> AsyncLoop:
         if self.loop is None:
@@ -209,10 +224,12 @@ class AsyncSteps:
             reply.content = wire.unpack(reply.content)
             self._bytes[0] += size.whole
         ok, failures = unpack_replies([reply], sent.model)
-        if not ok:
+        task = next(t for t in loop.timeline.in_flight if t.task_id == task_id)
+        if not ok:  # comes to nothing when it would have finished at the soonest
             log.warning("task %d (partition %d): %s", task_id, sent.partition, failures[0].reason)
             self._failed += 1
-            loop.lost(task_id)
+            self._last_failure = f"partition {sent.partition}: {failures[0].reason}"
+            loop.arrived(task_id, task.earliest, None)
             return
         (client,) = ok
         assert size is not None
@@ -224,13 +241,11 @@ class AsyncSteps:
             + compute_seconds(steps, self.system.batch_size, profile)
             + transfer_seconds(size.content, profile.up_bytes_per_second, profile.latency)
         )
-        availability = self.system.availability
-        if (
-            availability is not None
-            and availability.session_end(sent.partition, sent.start) < finish
-        ):
-            self._lost_offline += 1
-            loop.lost(task_id)
+        online = self.system.availability
+        end = online.session_end(sent.partition, sent.start) if online is not None else finish
+        if end < finish:  # gone offline first: the server learns of it no sooner than a
+            self._lost_offline += 1  # reply could have come
+            loop.arrived(task_id, max(end, task.earliest), None)
             return
         loop.arrived(task_id, finish, client.arrays, float(client.num_examples))
         self._losses[task_id] = float(client.metrics.get(protocol.TRAIN_LOSS, math.nan))
@@ -272,6 +287,7 @@ class AsyncSteps:
             row["online"] = len(self.system.availability.online(everyone, step.time))
             row["went_offline"] = self._lost_offline
         self._failed = self._lost_offline = 0
+        self._last_failure = ""
         self._bytes = [0, 0]
         return row
 

@@ -83,6 +83,24 @@ def test_a_buffer_of_every_client_all_fresh_is_fedavg_to_the_bit(
         assert step["staleness_max"] == "0"
 
 
+def test_clients_that_go_offline_lose_their_tasks_and_time_goes_on(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Sessions of 2 virtual seconds, online half the time: some tasks end when their client
+    goes offline (their slots free then, in virtual order) and the run still steps to its
+    end (it used to send new tasks at the same instant for ever)."""
+    args = [*BASE, "algorithm=fedbuff", "system=mobile", "num_clients=8", "num_rounds=6"]
+    args += ["system.availability.fraction=0.5", "system.availability.mean_session=2"]
+    args += ["async.concurrency=4", "async.buffer_size=2"]
+    result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = _rows(tmp_path / "run")
+    assert len(rows) == 6 and sum(int(r["went_offline"]) for r in rows) > 0
+    assert all(0 < int(r["online"]) <= 8 for r in rows)
+    clock = [float(r["virtual_clock"]) for r in rows]
+    assert clock == sorted(clock)
+
+
 def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str]) -> None:
     args = [*BASE, "algorithm=fedasync", "system=profiles", "num_clients=4", "num_rounds=4"]
     args += ["async.concurrency=3", "async.staleness=hinge", "algorithm.mu=0.01"]

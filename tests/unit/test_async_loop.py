@@ -3,6 +3,8 @@ takes, their staleness, when, and the model after each step, exactly."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -147,3 +149,18 @@ def test_a_lost_task_frees_its_slot_and_a_full_loop_refuses_another() -> None:
     with pytest.raises(ValueError, match="concurrency and buffer_size must be >= 1, got 0 and 1"):
         AsyncLoop([np.zeros(1)], concurrency=0, buffer_size=1, max_staleness=None,
                   rule=fedbuff("constant"))  # fmt: skip
+
+
+def test_a_task_that_comes_to_nothing_frees_its_slot_at_its_time_in_turn() -> None:
+    """Client 0's task (1 s) comes to nothing (offline at t = 1); client 1's (2 s) replies:
+    the slot of client 0 frees at t = 1, before client 1's update is taken at t = 2."""
+    loop = AsyncLoop([np.zeros(1)], concurrency=2, buffer_size=1, max_staleness=None,
+                     rule=fedbuff("constant"))  # fmt: skip
+    lost, kept = loop.send(0, 1.0), loop.send(1, 2.0)
+    loop.arrived(kept.task_id, 2.0, [np.ones(1)], 1.0)
+    assert loop.take_next() is None  # client 0 could still reply before t = 2
+    loop.arrived(lost.task_id, 1.0, None)
+    assert loop.take_next() == (replace(lost, finish=1.0), None)
+    assert loop.now == 1.0 and loop.free_slots == 1 and loop.version == 0
+    _, step = loop.take_next()
+    assert step is not None and step.time == 2.0 and step.model[0][0] == 1.0
