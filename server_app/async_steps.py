@@ -9,7 +9,8 @@ client's randomness, as in a synchronous round). A reply's virtual finish is its
 its download, compute and upload on the client's profile, from the message's content bytes
 and the steps it reports (content bytes: Flower's random message ids do not move the clock).
 A client whose session ends before it finishes, or whose reply is an error, loses its task;
-the slot is filled again at once. `async_loop.AsyncLoop` orders what arrives.
+the slot frees when the task would have finished at the soonest (or at the session's end, if
+later), in virtual order. `async_loop.AsyncLoop` orders what arrives.
 """
 
 from __future__ import annotations
