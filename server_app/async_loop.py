@@ -74,7 +74,7 @@ class AsyncLoop:
 
     @property
     def free_slots(self) -> int:
-        return self.concurrency - len(self.timeline.in_flight)
+        return self.concurrency - len(self.timeline)
 
     def ready_to_send(self) -> bool:
         """Whether every task ending now was taken: none in flight can still end by now."""

@@ -55,7 +55,6 @@ class AsyncSettings:
 
 @dataclass
 class _Sent:
-    node: int
     partition: int
     model: ArrayRecord  # what it was sent (its reply is checked against its layout)
     down_bytes: int
@@ -89,6 +88,7 @@ class AsyncSteps:
         self._bytes = [0, 0]  # up, down since the last step
         self._losses: dict[int, float] = {}  # task id -> its reply's training loss
         self._last_failure = ""
+        self._model: tuple[int, ArrayRecord] | None = None  # the version sent, as a record
         self._restored: tuple[int, float] | None = None
 
     # ----- one server step -------------------------------------------------------------------
@@ -152,7 +152,6 @@ class AsyncSteps:
         content: Content,
     ) -> None:
         """A task into every free slot, each for a client drawn from those online and idle."""
-        model = arrays_like(arrays, loop.model)
         while loop.free_slots > 0:
             idle = sorted(set(partition_node) - loop.timeline.busy())
             start, online = self._online(idle, loop.now)
@@ -161,6 +160,7 @@ class AsyncSteps:
             rng = np.random.default_rng(derive_seed(self.seed, self._tasks_sent, _DRAW))
             partition = int(rng.choice(online))
             node = partition_node[partition]
+            model = self._record(loop, arrays)
             plan = RoundPlan(
                 round=loop.version + 1,
                 arrays=model,
@@ -184,9 +184,15 @@ class AsyncSteps:
             task = loop.send(partition, earliest, start=start)
             (message_id,) = grid.push_messages([message])
             self._pending[str(message_id)] = task.task_id
-            self._sent[task.task_id] = _Sent(node, partition, model, size.content, start)
+            self._sent[task.task_id] = _Sent(partition, model, size.content, start)
             self._tasks_sent += 1
             self._bytes[1] += size.whole
+
+    def _record(self, loop: AsyncLoop, arrays: ArrayRecord) -> ArrayRecord:
+        """The current model as a record with `arrays`' layer names, made once per version."""
+        if self._model is None or self._model[0] != loop.version:
+            self._model = (loop.version, arrays_like(arrays, loop.model))
+        return self._model[1]
 
     def _online(self, idle: list[int], now: float) -> tuple[float, list[int]]:
         """When the next task can start and who is online then (none: nobody ever again)."""
@@ -225,7 +231,7 @@ class AsyncSteps:
             reply.content = wire.unpack(reply.content)
             self._bytes[0] += size.whole
         ok, failures = unpack_replies([reply], sent.model)
-        task = next(t for t in loop.timeline.in_flight if t.task_id == task_id)
+        task = loop.timeline.get(task_id)
         if not ok:  # comes to nothing when it would have finished at the soonest
             log.warning("task %d (partition %d): %s", task_id, sent.partition, failures[0].reason)
             self._failed += 1
@@ -301,7 +307,7 @@ class AsyncSteps:
             f"{_STATE}version": np.array(self.loop.version),
             f"{_STATE}now": np.array(self.loop.now),
             f"{_STATE}tasks_sent": np.array(self._tasks_sent),
-            f"{_STATE}in_flight": np.array(len(self.loop.timeline.in_flight)),
+            f"{_STATE}in_flight": np.array(len(self.loop.timeline)),
         }
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> int:

@@ -16,6 +16,14 @@ from fl_system.runtime.launch.processes import descendants
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def rows_written(path: Path) -> int:
+    """The data rows of a CSV a run is writing (0 before it exists): rounds finished."""
+    try:
+        return max(len(path.read_text().splitlines()) - 1, 0)
+    except OSError:
+        return 0
+
+
 def tree(root: int) -> set[int]:
     return {root} | descendants(root)
 
@@ -116,16 +124,10 @@ class RoundCpu:
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
-    def _rows(self) -> int:
-        try:
-            return max(len(self.metrics.read_text().splitlines()) - 1, 0)
-        except OSError:
-            return 0
-
     def _watch(self) -> None:
         seen = 0
         while not self._stop.is_set():
-            rows = self._rows()
+            rows = rows_written(self.metrics)
             if rows > seen:
                 snap = _cpu_by_pid(tree(self.root))
                 if seen == 0:

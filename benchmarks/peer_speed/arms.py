@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.harness.fl_run import ROOT, BenchmarkError, output_tail, tool_env
-from benchmarks.harness.process_tree import PeakMemory, cpu_seconds, tree
+from benchmarks.harness.process_tree import PeakMemory, cpu_seconds, rows_written, tree
 from benchmarks.peer_speed.workload import Workload
 
 PFL = "pfl==0.6.0"
@@ -71,15 +71,9 @@ class RowWatch:
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
-    def _count(self) -> int:
-        try:
-            return max(len(self.rows.read_text().splitlines()) - 1, 0)
-        except OSError:
-            return 0
-
     def _watch(self) -> None:
         while not self._stop.is_set():
-            new = self._count() - len(self.times)
+            new = rows_written(self.rows) - len(self.times)
             if new > 0:
                 now, spent = time.monotonic() - self.started, cpu_seconds(tree(self.pid))
                 self.times += [now] * new

@@ -44,6 +44,12 @@ class Timeline:
     def in_flight(self) -> list[Task]:
         return sorted(self._tasks.values(), key=lambda t: t.task_id)
 
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def get(self, task_id: int) -> Task:
+        return self._tasks[task_id]
+
     def busy(self) -> set[int]:
         """The partitions training now (a client runs one task at a time)."""
         return {t.partition for t in self._tasks.values()}

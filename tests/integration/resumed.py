@@ -19,6 +19,15 @@ def metrics_rows(run_dir: Path) -> list[dict[str, str]]:
     return read_rows(run_dir / "metrics.csv")
 
 
+def history(run_dir: Path) -> list[dict[str, str]]:
+    """metrics.csv without this machine's timings and the bytes on the wire (Flower's random
+    ids are varints): what two runs of one seed agree on."""
+    return [
+        {k: v for k, v in row.items() if "seconds" not in k and "bytes" not in k}
+        for row in metrics_rows(run_dir)
+    ]
+
+
 def assert_same_end(straight: Path, resumed: Path, rounds: int) -> None:
     """The resumed run ended where the uninterrupted one did: model and accuracy history."""
     a = load_checkpoint(straight / "checkpoint.npz")

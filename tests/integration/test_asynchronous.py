@@ -4,7 +4,6 @@ client fresh, and one line for what is refused."""
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import run_cli
+from .resumed import history, metrics_rows
 
 pytestmark = pytest.mark.integration
 
@@ -22,19 +22,6 @@ EQUAL_DEVICES = [  # every client as fast as every other: the same virtual times
     "system.uplink_mbps.sigma=0",
     "system.downlink_mbps.sigma=0",
 ]
-
-
-def _rows(run_dir: Path) -> list[dict[str, str]]:
-    with (run_dir / "metrics.csv").open(newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _history(run_dir: Path) -> list[dict[str, str]]:
-    """metrics.csv without this machine's timings and the bytes of Flower's random ids."""
-    return [
-        {k: v for k, v in row.items() if "seconds" not in k and "bytes" not in k}
-        for row in _rows(run_dir)
-    ]
 
 
 def test_fedbuff_steps_on_the_virtual_clock_and_repeats_exactly_under_load(
@@ -54,13 +41,13 @@ def test_fedbuff_steps_on_the_virtual_clock_and_repeats_exactly_under_load(
         burner.kill()
         burner.wait()
     assert loaded.returncode == 0, loaded.stderr[-2000:]
-    rows = _rows(tmp_path / "quiet")
+    rows = metrics_rows(tmp_path / "quiet")
     assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5, 6]
     assert all(int(r["participants"]) == 2 for r in rows)
     clock = [float(r["virtual_clock"]) for r in rows]
     assert clock == sorted(clock) and clock[0] > 0
     assert max(int(r["staleness_max"]) for r in rows) >= 1  # four in flight, two per step
-    assert _history(tmp_path / "quiet") == _history(tmp_path / "loaded")
+    assert history(tmp_path / "quiet") == history(tmp_path / "loaded")
 
 
 def test_a_buffer_of_every_client_all_fresh_is_fedavg_to_the_bit(
@@ -76,7 +63,7 @@ def test_a_buffer_of_every_client_all_fresh_is_fedavg_to_the_bit(
         result = run_cli([*args, f"hydra.run.dir={tmp_path / name}"], cli_env)
         assert result.returncode == 0, result.stderr[-2000:]
     columns = ("test_accuracy", "test_loss", "train_loss", "virtual_clock")
-    steps, rounds = (_rows(tmp_path / name) for name in runs)
+    steps, rounds = (metrics_rows(tmp_path / name) for name in runs)
     assert len(steps) == len(rounds) == 3
     for step, synchronous in zip(steps, rounds, strict=True):
         assert {c: step[c] for c in columns} == {c: synchronous[c] for c in columns}
@@ -94,7 +81,7 @@ def test_clients_that_go_offline_lose_their_tasks_and_time_goes_on(
     args += ["async.concurrency=4", "async.buffer_size=2"]
     result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    rows = _rows(tmp_path / "run")
+    rows = metrics_rows(tmp_path / "run")
     assert len(rows) == 6 and sum(int(r["went_offline"]) for r in rows) > 0
     assert all(0 < int(r["online"]) <= 8 for r in rows)
     clock = [float(r["virtual_clock"]) for r in rows]
@@ -106,7 +93,7 @@ def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str])
     args += ["async.concurrency=3", "async.staleness=hinge", "algorithm.mu=0.01"]
     result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env)
     assert result.returncode == 0, result.stderr[-2000:]
-    rows = _rows(tmp_path / "run")
+    rows = metrics_rows(tmp_path / "run")
     assert [int(r["participants"]) for r in rows] == [1, 1, 1, 1]
     assert float(rows[-1]["test_accuracy"]) > 0
 

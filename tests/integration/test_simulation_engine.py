@@ -3,7 +3,6 @@ its two backends (forked workers, Ray) train alike."""
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import time
@@ -19,6 +18,7 @@ from fl_system.runtime.launch import LaunchError, simulation
 from fl_system.runtime.launch.simulation import EngineSettings, SimulationRuntime, _Engine
 
 from .conftest import QUICK, run_cli, run_sweep
+from .resumed import history
 
 pytestmark = pytest.mark.integration
 
@@ -27,15 +27,6 @@ pytestmark = pytest.mark.integration
 ALGORITHMS = ("fedavg", "scaffold", "moon")
 SEEDS = (0, 1)
 ARGS = [*QUICK, "runtime=simulation", "num_rounds=3"]
-
-
-def _history(run_dir: Path) -> list[dict[str, str]]:
-    """metrics.csv without timings and bytes on the wire (Flower's random ids are varints)."""
-    with (run_dir / "metrics.csv").open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return [
-        {k: v for k, v in row.items() if "seconds" not in k and "bytes" not in k} for row in rows
-    ]
 
 
 def test_a_sweeps_members_end_exactly_as_separate_runs(
@@ -81,7 +72,7 @@ def test_the_ray_backend_trains_exactly_like_the_forked_workers(
 
 
 def _assert_same_run(a: Path, b: Path, rounds: int) -> None:
-    assert _history(a) == _history(b), (a.name, b.name)
+    assert history(a) == history(b), (a.name, b.name)
     first, second = (load_checkpoint(d / "checkpoint.npz") for d in (a, b))
     assert first.round == second.round == rounds
     for name, array in second.model.items():
