@@ -15,7 +15,7 @@ virtual times only: the driver sends and receives the messages, and a test drive
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,6 +137,33 @@ class AsyncLoop:
         step = Step(self.version, self.now, tuple(self.buffer), self.dropped, self.model)
         self.buffer, self.dropped = [], 0
         return task, step
+
+    def start_model(self, version: int) -> list[np.ndarray]:
+        """The model of `version`, which a task in flight started from (or the current one)."""
+        return self.model if version == self.version else self._starts[version]
+
+    def starts(self) -> dict[int, list[np.ndarray]]:
+        """The older models tasks in flight started from, by version (for a checkpoint)."""
+        return {v: m for v, m in self._starts.items() if v != self.version}
+
+    def restore(
+        self,
+        version: int,
+        now: float,
+        tasks: list[Task],
+        sent: int,
+        starts: Mapping[int, list[np.ndarray]],
+    ) -> None:
+        """Go on from a checkpoint taken after a step: the model is this loop's, `tasks` were
+        in flight (to be sent again, their replies unknown) from the models in `starts`."""
+        if self.buffer or len(self.timeline):
+            raise ValueError("only a loop that has not started can be restored")
+        missing = {t.version for t in tasks} - set(starts) - {version}
+        if missing:
+            raise ValueError(f"the models of versions {sorted(missing)} are not in the checkpoint")
+        self.version, self.now = version, now
+        self.timeline.restore(tasks, sent)
+        self._starts = {**starts, version: self.model}
 
     def _release(self, task: Task) -> Task:
         """Forget start models no task in flight needs any more (a buffered update holds

@@ -31,6 +31,7 @@ from fl_system.heterogeneity.clock import Profile, compute_seconds, transfer_sec
 from fl_system.learning.seeding import derive_seed
 from fl_system.messages import protocol, wire
 from server_app.async_loop import AsyncLoop, Step, StepRule
+from server_app.async_state import PREFIX, AsyncState, decode, encode
 from server_app.exchange import FIRST_POLL_SECONDS, poll_wait
 from server_app.federated.replies import arrays_like
 from server_app.federated.screening import unpack_replies
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 
 FUTILE_TASKS = 50  # tasks per slot that may come to nothing between two steps
 _DRAW = 0xA51C  # separates the draws of asynchronous slots from the rounds' sampling
-_STATE = "async/"  # checkpointed: version, virtual now, tasks sent, tasks in flight
 Content = Callable[[RoundPlan, int], RecordDict]  # the strategy's message for a partition
 
 
@@ -59,6 +59,26 @@ class _Sent:
     model: ArrayRecord  # what it was sent (its reply is checked against its layout)
     down_bytes: int
     start: float
+
+
+@dataclass(frozen=True)
+class _Outbox:
+    """Where a step's messages go and what they are made of."""
+
+    grid: Grid
+    partition_node: Mapping[int, int]
+    arrays: ArrayRecord  # the layer names
+    content: Content
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a reply brought, counted when its task is taken (in virtual order, not in the
+    order replies reach this machine)."""
+
+    up_bytes: int = 0
+    failure: str = ""  # why it failed
+    offline: bool = False  # its client went offline before it finished
 
 
 class AsyncSteps:
@@ -87,9 +107,11 @@ class AsyncSteps:
         self._lost_offline = self._failed = 0
         self._bytes = [0, 0]  # up, down since the last step
         self._losses: dict[int, float] = {}  # task id -> its reply's training loss
+        self._outcomes: dict[int, _Outcome] = {}  # task id -> what its reply brought
         self._last_failure = ""
         self._model: tuple[int, ArrayRecord] | None = None  # the version sent, as a record
-        self._restored: tuple[int, float] | None = None
+        self._restored: AsyncState | None = None
+        self._resend: list[int] = []  # restored tasks to send again
 
     # ----- one server step -------------------------------------------------------------------
     def step(
@@ -101,15 +123,18 @@ class AsyncSteps:
     ) -> tuple[ArrayRecord, dict[str, float]]:
         """Run until the next server step; its model and its metrics row."""
         loop = self._loop(arrays)
-        partition_node = {p: n for n, p in nodes.items()}
+        out = _Outbox(grid, {p: n for n, p in nodes.items()}, arrays, content)
+        if self._resend:
+            self._send_again(loop, out)
         waited = time.monotonic()
         while True:
             if loop.ready_to_send():
-                self._fill(grid, loop, partition_node, arrays, content)
+                self._fill(loop, out)
             taken = loop.take_next()
             if taken is not None:
                 waited = time.monotonic()
                 task, step = taken
+                self._account(task.task_id)
                 if step is not None:
                     return arrays_like(arrays, step.model), self._row(step)
                 if all(u.task is not task for u in loop.buffer):  # dropped, failed or lost
@@ -121,6 +146,14 @@ class AsyncSteps:
             if not self._collect(grid, loop) and time.monotonic() - waited > self.timeout:
                 self._lose_all(loop)
                 waited = time.monotonic()
+
+    def _account(self, task_id: int) -> None:
+        outcome = self._outcomes.pop(task_id, _Outcome())
+        self._bytes[0] += outcome.up_bytes
+        self._lost_offline += outcome.offline
+        if outcome.failure:
+            self._failed += 1
+            self._last_failure = outcome.failure
 
     def _check_progress(self) -> None:
         """Many tasks in a row that came to nothing: the federation cannot make progress."""
@@ -138,40 +171,23 @@ class AsyncSteps:
             self.loop = AsyncLoop(
                 arrays.to_numpy_ndarrays(), s.concurrency, s.buffer_size, s.max_staleness, self.rule
             )
-            if self._restored is not None:
-                self.loop.version, self.loop.now = self._restored
+            if (saved := self._restored) is not None:
+                self.loop.restore(saved.version, saved.now, saved.tasks, saved.sent, saved.starts)
+                self._tasks_sent = saved.sent
+                self._resend = [t.task_id for t in saved.tasks]
         return self.loop
 
     # ----- sending -----------------------------------------------------------------------------
-    def _fill(
-        self,
-        grid: Grid,
-        loop: AsyncLoop,
-        partition_node: Mapping[int, int],
-        arrays: ArrayRecord,
-        content: Content,
-    ) -> None:
+    def _fill(self, loop: AsyncLoop, out: _Outbox) -> None:
         """A task into every free slot, each for a client drawn from those online and idle."""
         while loop.free_slots > 0:
-            idle = sorted(set(partition_node) - loop.timeline.busy())
+            idle = sorted(set(out.partition_node) - loop.timeline.busy())
             start, online = self._online(idle, loop.now)
             if not online:
                 return  # every client trains already, or none comes online again
             rng = np.random.default_rng(derive_seed(self.seed, self._tasks_sent, _DRAW))
             partition = int(rng.choice(online))
-            node = partition_node[partition]
-            model = self._record(loop, arrays)
-            plan = RoundPlan(
-                round=loop.version + 1,
-                arrays=model,
-                config=ConfigRecord({protocol.SERVER_ROUND: loop.version + 1}),
-                nodes={node: partition},
-            )
-            message = Message(
-                content=wire.pack(content(plan, partition)),
-                dst_node_id=node,
-                message_type=MessageType.TRAIN,
-            )
+            message, model = self._message(loop, out, partition)
             size = flwr_hooks.wire_sizes([message])[0]
             profile = self._profile(partition)
             earliest = start + transfer_seconds(
@@ -182,14 +198,53 @@ class AsyncSteps:
                     self.system.local_steps, self.system.batch_size, profile
                 )
             task = loop.send(partition, earliest, start=start)
-            (message_id,) = grid.push_messages([message])
-            self._pending[str(message_id)] = task.task_id
-            self._sent[task.task_id] = _Sent(partition, model, size.content, start)
+            self._push(out, message, task.task_id, _Sent(partition, model, size.content, start))
             self._tasks_sent += 1
             self._bytes[1] += size.whole
 
-    def _record(self, loop: AsyncLoop, arrays: ArrayRecord) -> ArrayRecord:
-        """The current model as a record with `arrays`' layer names, made once per version."""
+    def _send_again(self, loop: AsyncLoop, out: _Outbox) -> None:
+        """The tasks a resumed run's checkpoint had in flight, sent as they were first sent
+        (same model, same seed); one whose client is gone is lost."""
+        for task_id in self._resend:
+            task = loop.timeline.get(task_id)
+            if task.partition not in out.partition_node:
+                log.warning("task %d: partition %d has no node now", task_id, task.partition)
+                loop.lost(task_id)
+                continue
+            message, model = self._message(loop, out, task.partition, task.version)
+            size = flwr_hooks.wire_sizes([message])[0].content
+            self._push(out, message, task_id, _Sent(task.partition, model, size, task.start))
+        self._resend = []
+
+    def _message(
+        self, loop: AsyncLoop, out: _Outbox, partition: int, version: int | None = None
+    ) -> tuple[Message, ArrayRecord]:
+        """The training message for `partition` from model `version` (the current one)."""
+        version = loop.version if version is None else version
+        model = self._record(loop, out.arrays, version)
+        node = out.partition_node[partition]
+        plan = RoundPlan(
+            round=version + 1,
+            arrays=model,
+            config=ConfigRecord({protocol.SERVER_ROUND: version + 1}),
+            nodes={node: partition},
+        )
+        message = Message(
+            content=wire.pack(out.content(plan, partition)),
+            dst_node_id=node,
+            message_type=MessageType.TRAIN,
+        )
+        return message, model
+
+    def _push(self, out: _Outbox, message: Message, task_id: int, sent: _Sent) -> None:
+        (message_id,) = out.grid.push_messages([message])
+        self._pending[str(message_id)] = task_id
+        self._sent[task_id] = sent
+
+    def _record(self, loop: AsyncLoop, arrays: ArrayRecord, version: int) -> ArrayRecord:
+        """A model as a record with `arrays`' layer names; the current one made once."""
+        if version != loop.version:
+            return arrays_like(arrays, loop.start_model(version))
         if self._model is None or self._model[0] != loop.version:
             self._model = (loop.version, arrays_like(arrays, loop.model))
         return self._model[1]
@@ -229,13 +284,13 @@ class AsyncSteps:
         size = flwr_hooks.wire_sizes([reply])[0] if not reply.has_error() else None
         if size is not None:
             reply.content = wire.unpack(reply.content)
-            self._bytes[0] += size.whole
+        up = size.whole if size is not None else 0
         ok, failures = unpack_replies([reply], sent.model)
         task = loop.timeline.get(task_id)
         if not ok:  # comes to nothing when it would have finished at the soonest
             log.warning("task %d (partition %d): %s", task_id, sent.partition, failures[0].reason)
-            self._failed += 1
-            self._last_failure = f"partition {sent.partition}: {failures[0].reason}"
+            why = f"partition {sent.partition}: {failures[0].reason}"
+            self._outcomes[task_id] = _Outcome(up, failure=why)
             loop.arrived(task_id, task.earliest, None)
             return
         (client,) = ok
@@ -251,9 +306,10 @@ class AsyncSteps:
         online = self.system.availability
         end = online.session_end(sent.partition, sent.start) if online is not None else finish
         if end < finish:  # gone offline first: the server learns of it no sooner than a
-            self._lost_offline += 1  # reply could have come
+            self._outcomes[task_id] = _Outcome(offline=True)  # reply could have come
             loop.arrived(task_id, max(end, task.earliest), None)
             return
+        self._outcomes[task_id] = _Outcome(up)
         loop.arrived(task_id, finish, client.arrays, float(client.num_examples))
         self._losses[task_id] = float(client.metrics.get(protocol.TRAIN_LOSS, math.nan))
 
@@ -299,25 +355,19 @@ class AsyncSteps:
         return row
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Where the run is: a resumed run goes on from this version, virtual time and draw;
-        the tasks in flight are lost (their number is kept, to say so)."""
-        if self.loop is None:
+        """Where the run is: the version, virtual time and draws, and the tasks in flight with
+        the models they started from (a resumed run sends them again)."""
+        loop = self.loop
+        if loop is None:
             return {}
-        return {
-            f"{_STATE}version": np.array(self.loop.version),
-            f"{_STATE}now": np.array(self.loop.now),
-            f"{_STATE}tasks_sent": np.array(self._tasks_sent),
-            f"{_STATE}in_flight": np.array(len(self.loop.timeline)),
-        }
+        tasks = loop.timeline.in_flight
+        return encode(AsyncState(loop.version, loop.now, self._tasks_sent, tasks, loop.starts()))
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> int:
         """Go on from a checkpoint; returns how many tasks were in flight at the stop."""
-        if f"{_STATE}version" not in state:
-            return 0
-        self._restored = (int(state[f"{_STATE}version"]), float(state[f"{_STATE}now"]))
-        self._tasks_sent = int(state[f"{_STATE}tasks_sent"])
-        return int(state[f"{_STATE}in_flight"])
+        self._restored = decode(state)
+        return 0 if self._restored is None else len(self._restored.tasks)
 
     @staticmethod
     def owns(key: str) -> bool:
-        return key.startswith(_STATE)
+        return key.startswith(PREFIX)

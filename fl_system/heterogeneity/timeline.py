@@ -88,3 +88,18 @@ class Timeline:
     def take(self, task_id: int) -> Task:
         """Remove a task from flight (applied, dropped or lost) and return it."""
         return self._tasks.pop(task_id)
+
+    @property
+    def sent(self) -> int:
+        """How many tasks were ever sent (the next task's id)."""
+        return self._sent
+
+    def restore(self, tasks: list[Task], sent: int) -> None:
+        """Put back the tasks a checkpoint had in flight (their replies not yet known) and
+        the count of tasks sent, so new ones are numbered where the stopped run's were."""
+        if self._tasks or self._sent:
+            raise ValueError("only an empty timeline can be restored")
+        if any(t.task_id >= sent for t in tasks):
+            raise ValueError(f"a restored task's id is not below the {sent} tasks sent")
+        self._tasks = {t.task_id: replace(t, finish=None) for t in tasks}
+        self._sent = sent

@@ -147,7 +147,7 @@ class AsynchronousStrategy(FederatedStrategy):
         return {**super().state_dict(), **self.steps.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        lost = self.steps.load_state_dict({k: v for k, v in state.items() if AsyncSteps.owns(k)})
-        if lost:
-            run_log.say(f"{lost} tasks in flight at the stop are lost; new ones take their slots")
+        again = self.steps.load_state_dict({k: v for k, v in state.items() if AsyncSteps.owns(k)})
+        if again:
+            run_log.say(f"{again} tasks in flight at the stop are sent again, as they were sent")
         super().load_state_dict({k: v for k, v in state.items() if not AsyncSteps.owns(k)})

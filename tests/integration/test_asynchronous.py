@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from fl_system.records.checkpoint import load_checkpoint
+
 from .conftest import run_cli
-from .resumed import history, metrics_rows
+from .resumed import assert_same_end, history, metrics_rows
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +50,28 @@ def test_fedbuff_steps_on_the_virtual_clock_and_repeats_exactly_under_load(
     assert clock == sorted(clock) and clock[0] > 0
     assert max(int(r["staleness_max"]) for r in rows) >= 1  # four in flight, two per step
     assert history(tmp_path / "quiet") == history(tmp_path / "loaded")
+
+
+def test_fedbuff_stopped_and_resumed_ends_as_the_run_that_never_stopped(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A target accuracy stops the run after a few steps with tasks in flight; resumed, those
+    tasks are sent again from the models they started from, and the run ends with the model,
+    accuracy, staleness and virtual clock of the run that never stopped."""
+    args = [*BASE, "algorithm=fedbuff", "system=mobile", "num_clients=6", "num_rounds=8"]
+    args += ["async.concurrency=4", "async.buffer_size=2"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    result = run_cli([*args, "target_accuracy=0.45", f"hydra.run.dir={broken}"], cli_env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 1 < load_checkpoint(broken / "checkpoint.npz").round < 8
+    result = run_cli([*args, "resume=true", f"hydra.run.dir={broken}"], cli_env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = (broken / "logs" / "serverapp.log").read_text()
+    assert "tasks in flight at the stop are sent again" in said
+    assert_same_end(straight, broken, 8)
+    assert history(straight) == history(broken)
 
 
 def test_a_buffer_of_every_client_all_fresh_is_fedavg_to_the_bit(

@@ -11,6 +11,7 @@ import pytest
 from fl_system.learning.aggregation import weighted_average
 from fl_system.learning.staleness import staleness_weight
 from server_app.async_loop import AsyncLoop, Step, Update
+from server_app.async_state import AsyncState, decode, encode
 from server_app.strategies.fedasync_math import fedasync_step
 from server_app.strategies.fedbuff_math import fedbuff_step
 
@@ -164,3 +165,43 @@ def test_a_task_that_comes_to_nothing_frees_its_slot_at_its_time_in_turn() -> No
     assert loop.now == 1.0 and loop.free_slots == 1 and loop.version == 0
     _, step = loop.take_next()
     assert step is not None and step.time == 2.0 and step.model[0][0] == 1.0
+
+
+def test_a_loop_restored_from_its_checkpoint_goes_on_as_the_one_that_never_stopped() -> None:
+    """The three-client run above, checkpointed after its second step (through the
+    checkpoint's arrays) and restored into a fresh loop: its tasks in flight, replied to again
+    from the models they started from, give the same last two steps, models and staleness."""
+    moves = {0: np.array([1.0, 0.0]), 1: np.array([0.0, 1.0]), 2: np.array([4.0, 4.0])}
+    seconds = {0: 1.0, 1: 2.0, 2: 3.0}
+
+    def train(p: int, x: list[np.ndarray]) -> list[np.ndarray]:
+        return [x[0] + moves[p]]
+
+    def fresh(model: list[np.ndarray]) -> AsyncLoop:
+        return AsyncLoop(model, concurrency=3, buffer_size=2, max_staleness=None,
+                         rule=fedbuff("polynomial", a=1.0))  # fmt: skip
+
+    straight = fresh([np.zeros(2)])
+    drive(straight, seconds, train, steps=2)
+    stopped = fresh([np.zeros(2)])
+    drive(stopped, seconds, train, steps=2)
+    line = stopped.timeline
+    saved = AsyncState(stopped.version, stopped.now, line.sent, line.in_flight, stopped.starts())
+
+    state = decode(encode(saved))
+    assert state is not None and (state.version, state.now, state.sent) == (2, 3.0, 6)
+    assert [(t.partition, t.version) for t in state.tasks] == [(0, 1), (1, 1)]
+    assert set(state.starts) == {1}  # version 2 is the model itself
+    resumed = fresh([stopped.model[0].copy()])
+    resumed.restore(state.version, state.now, state.tasks, state.sent, state.starts)
+    for task in resumed.timeline.in_flight:
+        model = train(task.partition, resumed.start_model(task.version))
+        resumed.arrived(task.task_id, task.start + seconds[task.partition], model, 1.0)
+    want, got = drive(straight, seconds, train, 2), drive(resumed, seconds, train, 2)
+    assert [tuple(s.model[0]) for s in got] == [tuple(s.model[0]) for s in want]
+    assert [tuple(s.model[0]) for s in got] == [(2.0, 1.75), (2.75, 1.75)]
+    assert [[u.staleness for u in s.updates] for s in got] == [[1, 1], [1, 0]]
+    with pytest.raises(ValueError, match="only a loop that has not started"):
+        resumed.restore(state.version, state.now, state.tasks, state.sent, state.starts)
+    with pytest.raises(ValueError, match=r"the models of versions \[1\] are not in"):
+        fresh([np.zeros(2)]).restore(2, 3.0, state.tasks, state.sent, {})

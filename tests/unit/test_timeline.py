@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fl_system.heterogeneity.timeline import Timeline
+from fl_system.heterogeneity.timeline import Task, Timeline
 
 
 def test_tasks_are_due_in_finishing_order_once_no_unknown_task_could_end_first() -> None:
@@ -43,3 +43,16 @@ def test_a_client_trains_one_task_at_a_time_and_times_must_add_up() -> None:
         line.send(5, version=2, start=5.0, earliest=4.0)
     with pytest.raises(ValueError, match=r"finishes at 5\.5, before its earliest 6\.0"):
         line.finished(task.task_id, 5.5)
+
+
+def test_a_restored_timeline_numbers_new_tasks_after_the_stopped_runs() -> None:
+    """Restored tasks come back without their finish (their replies are asked for again),
+    and the next task sent is numbered after every task the stopped run sent."""
+    timeline = Timeline()
+    timeline.restore([Task(4, 2, 1, 3.0, 5.0, finish=6.0)], sent=7)
+    assert timeline.get(4).finish is None and timeline.sent == 7
+    assert timeline.send(0, 2, 3.0, 4.0).task_id == 7
+    with pytest.raises(ValueError, match="only an empty timeline can be restored"):
+        timeline.restore([], sent=8)
+    with pytest.raises(ValueError, match="a restored task's id is not below the 4 tasks sent"):
+        Timeline().restore([Task(4, 2, 1, 3.0, 5.0)], sent=4)
