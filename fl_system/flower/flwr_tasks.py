@@ -22,6 +22,7 @@ from queue import Queue
 
 import flwr.cli.install as flwr_install
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
+import httpx
 from flwr.common.constant import SubStatus
 from flwr.proto.runtime_pb2 import (
     ClaimTaskRequest,
@@ -127,6 +128,21 @@ def _bounded(invoker: RetryInvoker) -> RetryInvoker:
     ever (max_time None), so a launcher whose node vanished mid-call never came back to
     notice it was gone."""
     invoker.max_time = CLAIM_RETRY_SECONDS
+    return _refusal_gives_up(invoker)
+
+
+def _refusal_gives_up(invoker: RetryInvoker) -> RetryInvoker:
+    """A 401 (the node does not know the token: it restarted on the same address) gives up
+    the call. Flower's own retry SIGINTs its process on a 401, which in a launcher serving
+    every node of the federation stopped them all because one node was restarted."""
+    flower = invoker.should_giveup
+
+    def give_up(err: Exception) -> bool:
+        if isinstance(err, httpx.HTTPStatusError) and err.response.status_code == 401:
+            return True
+        return flower(err) if flower is not None else False
+
+    invoker.should_giveup = give_up
     return invoker
 
 
@@ -137,7 +153,7 @@ def report_killed(spec: ExecutionSpec, how: str) -> bool:
     """Finish a task whose ClientApp was killed (it pushed nothing), with its token, so that
     its node replies with an error at once (`reply_at_once_when_killed`); False if the node
     could not be told (it is gone too)."""
-    retry = make_simple_http_retry_invoker()
+    retry = _refusal_gives_up(make_simple_http_retry_invoker())
     retry.max_tries = 1  # a node that does not answer at once is gone
     client = RuntimeHttpClient.from_server_address(
         server_address=spec.runtime_api_address,
