@@ -35,7 +35,13 @@ from client_app.addons import ClientHooks
 from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model
 from client_app.handshake import handshake_reply
-from client_app.hostile import freeloader_reply, is_freeloader, is_malicious, tampered_reply
+from client_app.hostile import (
+    freeloader_reply,
+    is_freeloader,
+    is_malicious,
+    slow_down,
+    tampered_reply,
+)
 from client_app.incoming import (
     STATE,
     Incoming,
@@ -226,6 +232,7 @@ def _train(msg: Message, context: Context, sources: Sources) -> Message:
     got = open_message(msg, context, sources)
     cfg, node = got.cfg, got.node
     metrics, extras = freeloader_reply(got) if is_freeloader(got) else _train_locally(got)
+    slow_down(got, int(metrics[protocol.NUM_STEPS]))
     compression = compression_for(got.config_json)
     if is_malicious(got):
         content = tampered_reply(got, metrics)

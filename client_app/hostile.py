@@ -1,10 +1,13 @@
-"""The replies of the clients an attack study plays: freeloaders and malicious clients.
+"""The clients a study plays: freeloaders, malicious clients and slow devices.
 
 `clients.freeloaders` train nothing and reply as if they had; `clients.malicious` train, then
-send a hostile or broken reply in place of their model (fl_system.learning.freeloaders, .malicious).
+send a hostile or broken reply in place of their model (fl_system.learning.freeloaders, .malicious);
+`clients.slow` train, then sleep per step taken, as a slower device would have taken longer.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import torch
@@ -30,6 +33,14 @@ def is_freeloader(got: Incoming) -> bool:
 def is_malicious(got: Incoming) -> bool:
     """Whether the study plays this client as malicious (`clients.malicious.ids`)."""
     return got.node.partition_id in OmegaConf.select(got.cfg, "clients.malicious.ids", default=[])
+
+
+def slow_down(got: Incoming, steps: int) -> None:
+    """clients.slow: this partition's device is slower; it sleeps `seconds_per_step` for each
+    of the `steps` it took (wall time only: the virtual clock has its own profiles)."""
+    slow = OmegaConf.select(got.cfg, "clients.slow", default=None)
+    if slow is not None and got.node.partition_id in slow.ids:
+        time.sleep(float(slow.seconds_per_step) * steps)
 
 
 def freeloader_reply(got: Incoming) -> tuple[MetricRecord, RecordDict]:

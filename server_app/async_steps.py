@@ -18,23 +18,23 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fl_system.flower import flwr_hooks
-from fl_system.heterogeneity import SystemModel
-from fl_system.heterogeneity.clock import Profile, compute_seconds, transfer_seconds
 from fl_system.learning.seeding import derive_seed
 from fl_system.messages import protocol, wire
+from server_app.async_clocks import Times
 from server_app.async_loop import AsyncLoop, Step, StepRule
 from server_app.async_state import PREFIX, AsyncState, decode, encode
 from server_app.exchange import FIRST_POLL_SECONDS, poll_wait
 from server_app.federated.replies import arrays_like
 from server_app.federated.screening import unpack_replies
+from server_app.nodes import LOST
 from server_app.rounds import RoundPlan, RunFailed
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 FUTILE_TASKS = 50  # tasks per slot that may come to nothing between two steps
 _DRAW = 0xA51C  # separates the draws of asynchronous slots from the rounds' sampling
 Content = Callable[[RoundPlan, int], RecordDict]  # the strategy's message for a partition
+Refresh = Callable[[Iterable[int]], Mapping[int, int]]  # nodes gone -> node -> partition now
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class AsyncSettings:
 @dataclass
 class _Sent:
     partition: int
+    node: int
     model: ArrayRecord  # what it was sent (its reply is checked against its layout)
     down_bytes: int
     start: float
@@ -66,7 +68,7 @@ class _Outbox:
     """Where a step's messages go and what they are made of."""
 
     grid: Grid
-    partition_node: Mapping[int, int]
+    partition_node: dict[int, int]  # updated when a node leaves or joins
     arrays: ArrayRecord  # the layer names
     content: Content
 
@@ -88,18 +90,16 @@ class AsyncSteps:
         self,
         settings: AsyncSettings,
         rule: StepRule,
-        system: SystemModel,
+        times: Times,
         *,
         seed: int,
         timeout: float,
-        step_cost: float = 1.0,
     ) -> None:
         self.settings = settings
         self.rule = rule
-        self.system = system
+        self.times = times
         self.seed = seed
         self.timeout = timeout
-        self.step_cost = step_cost
         self.loop: AsyncLoop | None = None
         self._sent: dict[int, _Sent] = {}  # task id -> what went
         self._pending: dict[str, int] = {}  # message id -> task id
@@ -112,18 +112,21 @@ class AsyncSteps:
         self._model: tuple[int, ArrayRecord] | None = None  # the version sent, as a record
         self._restored: AsyncState | None = None
         self._resend: list[int] = []  # restored tasks to send again
+        self._gone: set[int] = set()  # nodes a task found gone since the last refresh
 
     # ----- one server step -------------------------------------------------------------------
     def step(
         self,
         grid: Grid,
-        nodes: Mapping[int, int],
+        refresh: Refresh,
         arrays: ArrayRecord,
         content: Content,
     ) -> tuple[ArrayRecord, dict[str, float]]:
-        """Run until the next server step; its model and its metrics row."""
+        """Run until the next server step; its model and its metrics row. `refresh` names the
+        nodes now connected (and forgets those found gone): at the start, and when a task's
+        node is found gone, so that its slot goes to a node that is there."""
         loop = self._loop(arrays)
-        out = _Outbox(grid, {p: n for n, p in nodes.items()}, arrays, content)
+        out = _Outbox(grid, {p: n for n, p in refresh(()).items()}, arrays, content)
         if self._resend:
             self._send_again(loop, out)
         waited = time.monotonic()
@@ -146,6 +149,10 @@ class AsyncSteps:
             if not self._collect(grid, loop) and time.monotonic() - waited > self.timeout:
                 self._lose_all(loop)
                 waited = time.monotonic()
+            if self._gone:
+                out.partition_node.clear()
+                out.partition_node.update({p: n for n, p in refresh(self._gone).items()})
+                self._gone = set()
 
     def _account(self, task_id: int) -> None:
         outcome = self._outcomes.pop(task_id, _Outcome())
@@ -172,9 +179,10 @@ class AsyncSteps:
                 arrays.to_numpy_ndarrays(), s.concurrency, s.buffer_size, s.max_staleness, self.rule
             )
             if (saved := self._restored) is not None:
-                self.loop.restore(saved.version, saved.now, saved.tasks, saved.sent, saved.starts)
+                tasks, starts = (saved.tasks, saved.starts) if self.times.resends else ([], {})
+                self.loop.restore(saved.version, saved.now, tasks, saved.sent, starts)
                 self._tasks_sent = saved.sent
-                self._resend = [t.task_id for t in saved.tasks]
+                self._resend = [t.task_id for t in tasks]
         return self.loop
 
     # ----- sending -----------------------------------------------------------------------------
@@ -182,23 +190,17 @@ class AsyncSteps:
         """A task into every free slot, each for a client drawn from those online and idle."""
         while loop.free_slots > 0:
             idle = sorted(set(out.partition_node) - loop.timeline.busy())
-            start, online = self._online(idle, loop.now)
+            start, online = self.times.start(idle, loop.now)
             if not online:
                 return  # every client trains already, or none comes online again
             rng = np.random.default_rng(derive_seed(self.seed, self._tasks_sent, _DRAW))
             partition = int(rng.choice(online))
             message, model = self._message(loop, out, partition)
             size = flwr_hooks.wire_sizes([message])[0]
-            profile = self._profile(partition)
-            earliest = start + transfer_seconds(
-                size.content, profile.down_bytes_per_second, profile.latency
-            )
-            if self.system.local_steps is not None:
-                earliest += compute_seconds(
-                    self.system.local_steps, self.system.batch_size, profile
-                )
+            earliest = self.times.earliest(partition, start, size.content)
             task = loop.send(partition, earliest, start=start)
-            self._push(out, message, task.task_id, _Sent(partition, model, size.content, start))
+            sent = _Sent(partition, message.metadata.dst_node_id, model, size.content, start)
+            self._push(out, message, task.task_id, sent)
             self._tasks_sent += 1
             self._bytes[1] += size.whole
 
@@ -213,7 +215,8 @@ class AsyncSteps:
                 continue
             message, model = self._message(loop, out, task.partition, task.version)
             size = flwr_hooks.wire_sizes([message])[0].content
-            self._push(out, message, task_id, _Sent(task.partition, model, size, task.start))
+            node = message.metadata.dst_node_id
+            self._push(out, message, task_id, _Sent(task.partition, node, model, size, task.start))
         self._resend = []
 
     def _message(
@@ -249,20 +252,6 @@ class AsyncSteps:
             self._model = (loop.version, arrays_like(arrays, loop.model))
         return self._model[1]
 
-    def _online(self, idle: list[int], now: float) -> tuple[float, list[int]]:
-        """When the next task can start and who is online then (none: nobody ever again)."""
-        availability = self.system.availability
-        if availability is None or not idle:
-            return now, idle
-        start = availability.next_online(idle, now)
-        return (start, availability.online(idle, start)) if math.isfinite(start) else (now, [])
-
-    def _profile(self, partition: int) -> Profile:
-        profile = self.system.profiles[partition]
-        if self.step_cost == 1.0:
-            return profile
-        return replace(profile, seconds_per_sample=profile.seconds_per_sample * self.step_cost)
-
     # ----- receiving ---------------------------------------------------------------------------
     def _collect(self, grid: Grid, loop: AsyncLoop) -> bool:
         """Pull the replies that came (waiting a little first if none has); whether any did."""
@@ -273,6 +262,7 @@ class AsyncSteps:
             got = list(grid.pull_messages(list(self._pending)))
             for reply in got:
                 self._received(loop, reply)
+            self.times.looked(loop.timeline)
             if got or time.monotonic() >= deadline:
                 return bool(got)
             time.sleep(wait)
@@ -288,26 +278,22 @@ class AsyncSteps:
         ok, failures = unpack_replies([reply], sent.model)
         task = loop.timeline.get(task_id)
         if not ok:  # comes to nothing when it would have finished at the soonest
+            if reply.has_error() and reply.error.code in LOST:
+                self._gone.add(sent.node)
             log.warning("task %d (partition %d): %s", task_id, sent.partition, failures[0].reason)
             why = f"partition {sent.partition}: {failures[0].reason}"
             self._outcomes[task_id] = _Outcome(up, failure=why)
-            loop.arrived(task_id, task.earliest, None)
+            loop.arrived(task_id, self.times.failed(task.earliest), None)
             return
         (client,) = ok
         assert size is not None
-        profile = self._profile(sent.partition)
-        steps = float(client.metrics.get(protocol.NUM_STEPS, self.system.local_steps or 0))
-        finish = (
-            sent.start
-            + transfer_seconds(sent.down_bytes, profile.down_bytes_per_second, profile.latency)
-            + compute_seconds(steps, self.system.batch_size, profile)
-            + transfer_seconds(size.content, profile.up_bytes_per_second, profile.latency)
+        steps = client.metrics.get(protocol.NUM_STEPS)
+        finish, offline = self.times.finish(
+            task, sent.down_bytes, size.content, None if steps is None else float(steps)
         )
-        online = self.system.availability
-        end = online.session_end(sent.partition, sent.start) if online is not None else finish
-        if end < finish:  # gone offline first: the server learns of it no sooner than a
-            self._outcomes[task_id] = _Outcome(offline=True)  # reply could have come
-            loop.arrived(task_id, max(end, task.earliest), None)
+        if offline:  # gone first: the server learns of it no sooner than a reply could come
+            self._outcomes[task_id] = _Outcome(offline=True)
+            loop.arrived(task_id, finish, None)
             return
         self._outcomes[task_id] = _Outcome(up)
         loop.arrived(task_id, finish, client.arrays, float(client.num_examples))
@@ -340,15 +326,13 @@ class AsyncSteps:
                 if weight
                 else math.nan
             ),
-            "virtual_clock": step.time,
+            self.times.column: step.time,
             "staleness_mean": float(np.mean(staleness)),
             "staleness_max": max(staleness),
             "dropped_stale": step.dropped,
         }
-        if self.system.availability is not None:
-            everyone = sorted(self.system.profiles)
-            row["online"] = len(self.system.availability.online(everyone, step.time))
-            row["went_offline"] = self._lost_offline
+        if online := self.times.online(step.time):
+            row.update(online, went_offline=self._lost_offline)
         self._failed = self._lost_offline = 0
         self._last_failure = ""
         self._bytes = [0, 0]
@@ -363,10 +347,17 @@ class AsyncSteps:
         tasks = loop.timeline.in_flight
         return encode(AsyncState(loop.version, loop.now, self._tasks_sent, tasks, loop.starts()))
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> int:
-        """Go on from a checkpoint; returns how many tasks were in flight at the stop."""
-        self._restored = decode(state)
-        return 0 if self._restored is None else len(self._restored.tasks)
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> str | None:
+        """Go on from a checkpoint; returns what becomes of the tasks in flight at the stop."""
+        saved = self._restored = decode(state)
+        if saved is None:
+            return None
+        self.times.resume_at(saved.now)
+        if not saved.tasks:
+            return None
+        if not self.times.resends:
+            return f"{len(saved.tasks)} tasks in flight at the stop are lost; new ones take over"
+        return f"{len(saved.tasks)} tasks in flight at the stop are sent again, as they were sent"
 
     @staticmethod
     def owns(key: str) -> bool:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 # the message or the node was lost on the way: the node may come back. Any other error is the
 # node's ClientApp failing (its code, its data, or its process dying: Ray's ActorDiedError
 # comes as UNKNOWN), which waiting does not mend.
-_LOST = (
+LOST = (
     ErrorCode.MESSAGE_UNAVAILABLE,
     ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
     ErrorCode.NODE_UNAVAILABLE,
@@ -168,7 +168,7 @@ class NodeRegistry:
             if reply.has_error():
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)
                 self._leave_out(node)
-                if reply.error.code not in _LOST:
+                if reply.error.code not in LOST:
                     self._failed[node] = _raised(str(reply.error.reason))
                 continue
             metrics = reply.content.metric_records[protocol.METRICS]

@@ -69,6 +69,7 @@ RULES: dict[str, Rule] = {
         f"one of {', '.join(MALICIOUS_KINDS)}",
     ),
     "clients.malicious.scale": (positive_number, "a positive number"),
+    "clients.slow.seconds_per_step": (non_negative_number, "a number of seconds >= 0"),
     "aggregation.norm_ratio": (optional(above_one), "null (off) or a number above 1"),
     "aggregation.examples_ratio": (optional(above_one), "null (off) or a number above 1"),
     "aggregation.max_reply_ratio": (optional(positive_number), "null or a positive number"),
@@ -94,7 +95,8 @@ def check_values(cfg: DictConfig) -> None:
         )
     if cfg.min_clients is not None and cfg.min_clients > (cfg.clients_per_round or cfg.num_clients):
         raise ConfigError(f"min_clients ({cfg.min_clients}) exceeds the clients of a round")
-    for key in ("clients.corrupt.ids", "clients.freeloaders.ids", "clients.malicious.ids"):
+    played = ("corrupt", "freeloaders", "malicious", "slow")
+    for key in (f"clients.{kind}.ids" for kind in played):
         _check_partition_ids(key, OmegaConf.select(cfg, key), cfg.num_clients)
     if cfg.clients.malicious.ids and cfg.compression.up.name != "none":
         raise ConfigError(

@@ -75,6 +75,13 @@ class Timeline:
         self._tasks[task_id] = task = replace(task, finish=finish)
         return task
 
+    def not_before(self, time: float) -> None:
+        """Tasks whose replies are still out finish no sooner than `time` (a wall clock's
+        look found them missing)."""
+        for task_id, task in self._tasks.items():
+            if task.finish is None and task.earliest < time:
+                self._tasks[task_id] = replace(task, earliest=time)
+
     def next_due(self) -> Task | None:
         """The task that finishes first among those in flight, once certain (None: wait for
         more replies, or nothing is in flight)."""

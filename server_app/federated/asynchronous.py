@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from fl_system.learning.staleness import staleness_weight
 from fl_system.records import run_log
 from fl_system.settings.value_checks import ConfigError
+from server_app.async_clocks import Times, VirtualTimes, WallTimes
 from server_app.async_loop import Update
 from server_app.async_steps import AsyncSettings, AsyncSteps
 from server_app.federated.experiment_binding import Common
@@ -39,13 +40,6 @@ def _is_not(value: object) -> Callable[[object], bool]:
 
 # What does not compose yet, and why (checked in this order; one line each)
 _REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
-    (
-        "system.name",
-        _is("none"),
-        "it orders updates by when each client finishes: it needs "
-        "a virtual clock (system=profiles, mobile, slow_uplink or trace)",
-    ),
-    ("runtime.name", _is_not("simulation"), "it runs in simulation for now (runtime=simulation)"),
     ("privacy.name", _is_not("none"), "DP accounting assumes rounds of sampled clients"),
     ("compression.up.name", _is_not("none"), "compressed updates are not decoded per task yet"),
     ("compression.down.name", _is_not("none"), "broadcasts are not tracked per task yet"),
@@ -68,6 +62,17 @@ _REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
 
 def refusal(cfg: DictConfig) -> str | None:
     """Why an asynchronous run of `cfg` cannot go ahead (None: it can)."""
+    simulated, system = cfg.runtime.name == "simulation", cfg.system.name
+    if simulated and system == "none":
+        return (
+            "system.name=none is refused: it orders updates by when each client finishes: in "
+            "simulation it needs a virtual clock (system=profiles, mobile, slow_uplink or trace)"
+        )
+    if not simulated and system != "none":
+        return (
+            f"system.name={system} is refused with runtime={cfg.runtime.name}: real nodes "
+            "finish when they finish, and updates are taken as they reach the server (system=none)"
+        )
     for key, refused, why in _REFUSED:
         value = OmegaConf.select(cfg, key)
         if refused(value):
@@ -98,7 +103,7 @@ class AsynchronousStrategy(FederatedStrategy):
         group = cfg["async"]
         self.staleness = (str(group.staleness), float(group.a), float(group.b))
         clock = self.federation.clock
-        assert clock is not None  # refused without one
+        times: Times = WallTimes() if clock is None else VirtualTimes(clock.system, self.step_cost)
         max_staleness = OmegaConf.select(cfg, "async.max_staleness")
         self.steps = AsyncSteps(
             AsyncSettings(
@@ -107,10 +112,9 @@ class AsynchronousStrategy(FederatedStrategy):
                 None if max_staleness is None else int(max_staleness),
             ),
             self.step,
-            clock.system,
+            times,
             seed=int(cfg.seed),
             timeout=float(cfg.round_timeout),
-            step_cost=self.step_cost,
         )
 
     def scale(self, staleness: int) -> float:
@@ -125,8 +129,10 @@ class AsynchronousStrategy(FederatedStrategy):
     def async_step(self, grid: Grid, arrays: ArrayRecord) -> tuple[ArrayRecord, dict[str, Any]]:
         """Run until the next server step: its model and its metrics row."""
         registry = self.federation.connect(grid)
-        nodes = registry.refresh(float(self.experiment.round_timeout))
-        return self.steps.step(grid, nodes, arrays, self.node_content)
+        timeout = float(self.experiment.round_timeout)
+        return self.steps.step(
+            grid, lambda gone: registry.refresh(timeout, gone), arrays, self.node_content
+        )
 
     # ----- what a synchronous loop would call -------------------------------------------------
     def configure_train(
@@ -147,7 +153,7 @@ class AsynchronousStrategy(FederatedStrategy):
         return {**super().state_dict(), **self.steps.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        again = self.steps.load_state_dict({k: v for k, v in state.items() if AsyncSteps.owns(k)})
-        if again:
-            run_log.say(f"{again} tasks in flight at the stop are sent again, as they were sent")
+        said = self.steps.load_state_dict({k: v for k, v in state.items() if AsyncSteps.owns(k)})
+        if said:
+            run_log.say(said)
         super().load_state_dict({k: v for k, v in state.items() if not AsyncSteps.owns(k)})

@@ -266,3 +266,17 @@ def run_every_algorithm(common: list[str], tmp_path: Path, env: dict[str, str]) 
         rows = MetricsLog(member / "metrics.csv").rows()
         assert [int(r["round"]) for r in rows] == [1, 2], member.name
     return members
+
+
+def supernode_of(partition: int, pids: set[int]) -> int | None:
+    """The pid of the fl-supernode serving `partition` among `pids`."""
+    for pid in pids:
+        try:  # its arguments, or the title a forked node shows (the same words)
+            argv = re.split(rb"[\0 ]", Path(f"/proc/{pid}/cmdline").read_bytes())
+        except OSError:
+            continue
+        if any(a.endswith(b"fl-supernode") for a in argv[:2]) and any(
+            a == f"partition-id={partition}".encode() for a in argv
+        ):
+            return pid
+    return None

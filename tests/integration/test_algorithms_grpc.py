@@ -44,8 +44,7 @@ pytestmark = pytest.mark.integration
 # nothing the runs here do not; they run under Flower's start (test_flower_app.py) and in
 # simulation.
 SAME_WIRE = ("fedadagrad", "fedyogi", "fedprox", "foolsgold")
-# FedBuff and FedAsync run in simulation only for now (their refusal of runtime=local:
-# test_asynchronous.py)
+# FedBuff and FedAsync have no rounds: FedAsync runs below, FedBuff in test_asynchronous.py
 ALGORITHMS = {
     path.stem: [f"algorithm={path.stem}"]
     for path in sorted((CONF_DIR / "algorithm").glob("*.yaml"))
@@ -122,6 +121,24 @@ def test_two_rounds_over_grpc(
         assert [[int(r["copy_0"]), int(r["copy_1"])] for r in rows] == [
             schedule.devices(rnd) for rnd in (1, 2)
         ]
+
+
+def test_fedasync_steps_as_replies_reach_the_server_over_grpc(
+    federation: HandStartedFederation, shared_env: dict[str, str], tmp_path: Path
+) -> None:
+    """runtime=remote: both nodes in flight, a server step per reply in the order the replies
+    come (the wall clock), each later than the one before."""
+    run_dir = tmp_path / "run"
+    args = ["algorithm=fedasync", "async.concurrency=2", *QUICK, "num_rounds=4"]
+    result = run_cli([*args, *federation.remote_args(), f"hydra.run.dir={run_dir}"], shared_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = MetricsLog(run_dir / "metrics.csv").rows()
+    assert [(r["round"], r["participants"], r["failures"]) for r in rows] == [
+        (str(step), "1", "0") for step in range(1, 5)
+    ]
+    clock = [float(r["wall_clock"]) for r in rows]
+    assert clock == sorted(clock) and clock[0] > 0 and "virtual_clock" not in rows[0]
+    assert float(rows[-1]["test_accuracy"]) > 0.2  # ten classes: 0.1 by chance
 
 
 def test_a_run_stopped_with_flwr_stop_says_so_and_how_to_resume(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -31,6 +30,7 @@ from tests.integration.conftest import (
     interrupt_when,
     run_cli,
     start_fl_run,
+    supernode_of,
 )
 
 pytestmark = pytest.mark.integration
@@ -143,20 +143,6 @@ def test_taco_expels_an_echoing_freeloader_and_carries_on(
     assert "partition 3 expelled as a freeloader" in server_log
 
 
-def _supernode_of(partition: int, pids: set[int]) -> int | None:
-    """The pid of the fl-supernode serving `partition` among `pids`."""
-    for pid in pids:
-        try:  # its arguments, or the title a forked node shows (the same words)
-            argv = re.split(rb"[\0 ]", Path(f"/proc/{pid}/cmdline").read_bytes())
-        except OSError:
-            continue
-        if any(a.endswith(b"fl-supernode") for a in argv[:2]) and any(
-            a == f"partition-id={partition}".encode() for a in argv
-        ):
-            return pid
-    return None
-
-
 def test_a_supernode_killed_mid_round_is_restarted_and_the_run_goes_on(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -174,7 +160,7 @@ def test_a_supernode_killed_mid_round_is_restarted_and_the_run_goes_on(
             proc, lambda: log0.exists() and log0.read_text().count("Receiving: train message") >= 2
         )
         seen |= descendants(proc.pid)
-        node = _supernode_of(0, seen)
+        node = supernode_of(0, seen)
         assert node is not None
         os.kill(node, signal.SIGKILL)
         while proc.poll() is None:

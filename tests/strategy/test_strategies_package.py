@@ -56,14 +56,19 @@ def test_every_strategy_builds_with_plain_arguments_as_a_flower_strategy() -> No
 
 
 def test_the_asynchronous_strategies_say_in_one_line_what_they_need() -> None:
-    """FedBuff and FedAsync order updates by a virtual clock, which fl-run's simulation has
-    and a Flower app of one's own does not."""
+    """FedBuff and FedAsync order updates by a clock: in simulation a virtual one (system=...),
+    on real nodes the wall clock (system=none); their steps are fl-run's to drive, not the
+    rounds of Flower's own loop."""
     for cls in (strategies.FedBuff, strategies.FedAsync):
+        real = cls(num_clients=4)
+        assert isinstance(real, Strategy) and real.experiment.runtime.name != "simulation"
+        with pytest.raises(ConfigError, match=r"system.name=profiles is refused with runtime="):
+            cls(experiment=["system=profiles"])
+        simulated = ["runtime=simulation", "dataset=digits", "model=mlp"]
         with pytest.raises(ConfigError, match=r"system.name=none is refused: .* virtual clock"):
-            cls(num_clients=4)
-        clocked = ["system=profiles", "runtime=simulation", "dataset=digits", "model=mlp"]
-        built = cls(experiment=clocked)
-        assert isinstance(built, Strategy) and built.experiment.system.name == "profiles"
+            cls(experiment=simulated)
+        built = cls(experiment=[*simulated, "system=profiles"])
+        assert built.experiment.system.name == "profiles"
         with pytest.raises(RunFailed, match="has no rounds: it steps as updates arrive"):
             built.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)  # type: ignore[arg-type]
 

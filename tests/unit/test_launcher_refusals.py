@@ -27,7 +27,7 @@ print("still here")
 
 
 class _Refuses(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         self.send_response(401)
         self.send_header("Content-Length", "0")
         self.end_headers()
