@@ -121,7 +121,8 @@ def run_experiment(cfg: DictConfig) -> dict:
     looks = "".join(f"\n{line}" for line in tracking.where_to_look(cfg, paths.root))
     print(
         f"{judged}final accuracy {_fmt(summary['final_accuracy'])} "
-        f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} rounds: "
+        f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} "
+        f"{summary.get('round_unit', 'round')}s: "
         f"{summary['wall_seconds']:.1f} s training, {clocked}"
         f"{startup.elapsed():.1f} s in all (start-up included)\n"
         f"run directory: {paths.root}{looks}",

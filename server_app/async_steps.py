@@ -26,11 +26,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fl_system.flower import flwr_hooks
+from fl_system.learning.compression import Compression
 from fl_system.learning.seeding import derive_seed
 from fl_system.messages import protocol, wire
 from server_app.async_clocks import Times
 from server_app.async_loop import AsyncLoop, Step, StepRule
 from server_app.async_state import PREFIX, AsyncState, decode, encode
+from server_app.compression import expand_reply
 from server_app.exchange import FIRST_POLL_SECONDS, poll_wait
 from server_app.federated.replies import arrays_like
 from server_app.federated.screening import unpack_replies
@@ -94,10 +96,12 @@ class AsyncSteps:
         *,
         seed: int,
         timeout: float,
+        compression: Compression | None = None,
     ) -> None:
         self.settings = settings
         self.rule = rule
         self.times = times
+        self.compression = compression  # compression.up: replies decoded against their model
         self.seed = seed
         self.timeout = timeout
         self.loop: AsyncLoop | None = None
@@ -274,6 +278,8 @@ class AsyncSteps:
         size = flwr_hooks.wire_sizes([reply])[0] if not reply.has_error() else None
         if size is not None:
             reply.content = wire.unpack(reply.content)
+            if self.compression is not None:
+                expand_reply(self.compression, sent.model, reply)
         up = size.whole if size is not None else 0
         ok, failures = unpack_replies([reply], sent.model)
         task = loop.timeline.get(task_id)

@@ -41,22 +41,31 @@ def expand_replies(
     models = {m.metadata.dst_node_id: m.content.array_records.get(protocol.ARRAYS) for m in sent}
     tally = UpdateTally()
     for reply in replies:
-        if reply.has_error() or protocol.UPDATE not in reply.content.array_records:
-            continue
-        reference = models.get(reply.metadata.src_node_id)
-        try:
-            if reference is None:
-                raise CodecError("an update for a model this node was not sent")
-            blob = array_blob(reply.content.array_records[protocol.UPDATE][protocol.BLOB])
-            arrays, shapes = _whole_model(compression, reference, reply.content, blob)
-        except (CodecError, KeyError, ValueError) as err:
-            reply.content = protocol.rejected(reply.content, f"compressed update rejected: {err}")
-            continue
-        reply.content[protocol.ARRAYS] = arrays
-        del reply.content[protocol.UPDATE]
-        tally.update_bytes += blob.size
-        tally.bits_naive += compression.analytic_bits(shapes)
-        tally.bits_golomb += compression.analytic_bits(shapes, golomb=True)
+        tally.add(expand_reply(compression, models.get(reply.metadata.src_node_id), reply))
+    return tally
+
+
+def expand_reply(
+    compression: Compression, reference: ArrayRecord | None, reply: Message
+) -> UpdateTally:
+    """Decode, in place, one reply's encoded update against `reference`, the model sent to
+    its node (a reply without one is left as it is); what it weighed."""
+    tally = UpdateTally()
+    if reply.has_error() or protocol.UPDATE not in reply.content.array_records:
+        return tally
+    try:
+        if reference is None:
+            raise CodecError("an update for a model this node was not sent")
+        blob = array_blob(reply.content.array_records[protocol.UPDATE][protocol.BLOB])
+        arrays, shapes = _whole_model(compression, reference, reply.content, blob)
+    except (CodecError, KeyError, ValueError) as err:
+        reply.content = protocol.rejected(reply.content, f"compressed update rejected: {err}")
+        return tally
+    reply.content[protocol.ARRAYS] = arrays
+    del reply.content[protocol.UPDATE]
+    tally.update_bytes = blob.size
+    tally.bits_naive = compression.analytic_bits(shapes)
+    tally.bits_golomb = compression.analytic_bits(shapes, golomb=True)
     return tally
 
 

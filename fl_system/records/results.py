@@ -232,6 +232,8 @@ def summarize(
         top = max(judged, key=lambda item: sign * item[1])
         summary["best_round"] = top[0]
         summary.update(score=score, best_score=top[1], final_score=judged[-1][1])
+    if rows and "staleness_max" in rows[0]:  # FedBuff, FedAsync: a row is a server step
+        summary["round_unit"] = "server step"
     if rows and "update_bytes_up" in rows[0]:  # compression.up: the updates, and the rest
         summary["update_bytes_up"] = sum(_count(r.get("update_bytes_up")) for r in rows)
         summary["other_bytes_up"] = summary["bytes_up"] - summary["update_bytes_up"]

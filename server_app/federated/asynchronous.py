@@ -41,9 +41,11 @@ def _is_not(value: object) -> Callable[[object], bool]:
 # What does not compose yet, and why (checked in this order; one line each)
 _REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("privacy.name", _is_not("none"), "DP accounting assumes rounds of sampled clients"),
-    ("compression.up.name", _is_not("none"), "compressed updates are not decoded per task yet"),
-    ("compression.down.name", _is_not("none"), "broadcasts are not tracked per task yet"),
-    ("aggregation.robust.name", _is_not("mean"), "a robust rule over a buffer is not defined yet"),
+    (
+        "compression.down.name",
+        _is_not("none"),
+        "its broadcasts are versioned by rounds every client answers (compression.up composes)",
+    ),
     ("client_eval.enabled", _is(True), "per-client evaluation would wait for tasks in flight"),
     (
         "evaluation.mode",
@@ -115,6 +117,7 @@ class AsynchronousStrategy(FederatedStrategy):
             times,
             seed=int(cfg.seed),
             timeout=float(cfg.round_timeout),
+            compression=self.federation.compression,
         )
 
     def scale(self, staleness: int) -> float:

@@ -33,6 +33,7 @@ class FedAsync(AsynchronousStrategy):
     """
 
     buffered = False
+    robust_aggregation = False  # a step per update: no buffer for a robust rule to act on
 
     def __init__(
         self, *, alpha: float | None = None, mu: float | None = None, **common: Unpack[Common]

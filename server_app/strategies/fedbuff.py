@@ -17,7 +17,7 @@ from fl_system.settings.value_checks import ConfigError
 from server_app.async_loop import Update
 from server_app.federated.asynchronous import AsynchronousStrategy
 from server_app.federated.experiment_binding import Common
-from server_app.strategies.fedbuff_math import fedbuff_step
+from server_app.strategies.fedbuff_math import fedbuff_step, robust_fedbuff_step
 
 
 class FedBuff(AsynchronousStrategy):
@@ -40,9 +40,10 @@ class FedBuff(AsynchronousStrategy):
 
     def step(self, current: list[np.ndarray], updates: Sequence[Update]) -> list[np.ndarray]:
         """The buffer summed in partition order, as a round's replies are (so a buffer of every
-        client, all fresh, is FedAvg's round to the bit)."""
+        client, all fresh, is FedAvg's round to the bit); through `aggregation.robust` when it
+        is not the mean."""
         updates = sorted(updates, key=lambda u: (u.task.partition, u.task.task_id))
-        return fedbuff_step(
+        buffer = (
             current,
             [u.model for u in updates],
             [u.start for u in updates],
@@ -50,3 +51,6 @@ class FedBuff(AsynchronousStrategy):
             [self.scale(u.staleness) for u in updates],
             self.eta,
         )
+        if self.robust.name == "mean":
+            return fedbuff_step(*buffer)
+        return robust_fedbuff_step(*buffer, self.robust.combine)  # aggregation.robust

@@ -18,7 +18,7 @@ FedAvg's weighted average to the bit (`weighted_average`'s sum, in its order).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -62,3 +62,41 @@ def fedbuff_step(
             acc += rest * x64
         out.append(acc.astype(x.dtype))
     return out
+
+
+Layers = Sequence[np.ndarray]
+Combine = Callable[[Sequence[Layers], Sequence[Layers], np.ndarray], list[np.ndarray]]
+
+
+def robust_fedbuff_step(
+    current: Sequence[np.ndarray],
+    models: Sequence[Sequence[np.ndarray]],
+    starts: Sequence[Sequence[np.ndarray] | None],
+    weights: Sequence[float],
+    scales: Sequence[float],
+    eta: float,
+    combine: Combine,
+) -> list[np.ndarray]:
+    """FedBuff's step through a robust rule (`aggregation.robust`): each buffered update,
+    scaled by its s_i, is moved onto the current model, z_i = x + s_i (y_i - x_tau_i); the
+    rule combines the z_i (their reference: x) with the p_i, and the server steps
+    x+ = x + eta (combine(z) - x). With the weighted mean this is `fedbuff_step`'s
+    x + eta sum_i p_i s_i (y_i - x_tau_i); a median or a clip bounds what one update does."""
+    if not len(models) == len(starts) == len(weights) == len(scales) or not models:
+        raise ValueError("one model, start, weight and staleness scale per buffered update")
+    floating = [np.issubdtype(x.dtype, np.floating) for x in current]
+    moved = [
+        [
+            (x.astype(np.float64) + s * (y.astype(np.float64) - (x if st is None else st[i])))
+            if floating[i]
+            else x
+            for i, (x, y) in enumerate(zip(current, model, strict=True))
+        ]
+        for model, st, s in zip(models, starts, scales, strict=True)
+    ]
+    here = [x.astype(np.float64) if f else x for x, f in zip(current, floating, strict=True)]
+    combined = combine(moved, [here] * len(moved), normalized(np.asarray(weights, np.float64)))
+    return [
+        (x64 + eta * (c - x64)).astype(x.dtype) if f else x.copy()
+        for x, x64, c, f in zip(current, here, combined, floating, strict=True)
+    ]

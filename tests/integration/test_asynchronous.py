@@ -55,6 +55,7 @@ def test_fedbuff_steps_on_the_virtual_clock_and_repeats_exactly_under_load(
     assert clock == sorted(clock) and clock[0] > 0
     assert max(int(r["staleness_max"]) for r in rows) >= 1  # four in flight, two per step
     assert history(tmp_path / "quiet") == history(tmp_path / "loaded")
+    assert "after 6 server steps: " in quiet.stdout
 
 
 def test_fedbuff_stopped_and_resumed_ends_as_the_run_that_never_stopped(
@@ -117,6 +118,44 @@ def test_clients_that_go_offline_lose_their_tasks_and_time_goes_on(
     assert clock == sorted(clock)
 
 
+def test_a_median_over_fedbuffs_buffer_withstands_an_update_a_client_scales_up(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Partition 0 sends its update times 100. Averaged in, it knocks the model back once
+    it lands in a buffer; the coordinate median of each buffer of three leaves it out, and
+    accuracy climbs step after step."""
+    args = [*BASE, "algorithm=fedbuff", "system=mobile", "num_clients=6", "num_rounds=8"]
+    args += ["async.concurrency=6", "async.buffer_size=3", "clients.malicious.ids=[0]"]
+    args += ["clients.malicious.kind=scaled", "clients.malicious.scale=100"]
+    accuracy = {}
+    for rule in ("mean", "median"):
+        run_dir = tmp_path / rule
+        result = run_cli([*args, f"aggregation.robust={rule}", f"hydra.run.dir={run_dir}"], cli_env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        accuracy[rule] = [float(r["test_accuracy"]) for r in metrics_rows(run_dir)]
+    knocked = [b - a for a, b in zip(accuracy["mean"], accuracy["mean"][1:], strict=False)]
+    assert min(knocked) < -0.2, accuracy["mean"]
+    assert accuracy["median"] == sorted(accuracy["median"]), accuracy["median"]
+    assert accuracy["median"][-1] > 0.5
+
+
+def test_fedbuff_takes_compressed_updates_with_error_feedback(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """compression.up=st (q = 5 %, error feedback): each reply is decoded against the model
+    its client was sent, whatever the model is by then; the uploads weigh a few percent of the
+    downloads and the model still learns."""
+    args = [*BASE, "algorithm=fedbuff", "system=mobile", "num_clients=6", "num_rounds=8"]
+    args += ["async.concurrency=4", "async.buffer_size=2", "compression.up=st"]
+    args += ["compression.up.q=0.05", f"hydra.run.dir={tmp_path}"]
+    result = run_cli(args, cli_env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics_rows(tmp_path)
+    assert all(int(r["failures"]) == 0 for r in rows)
+    assert sum(int(r["bytes_up"]) for r in rows) < 0.05 * sum(int(r["bytes_down"]) for r in rows)
+    assert float(rows[-1]["test_accuracy"]) > 0.4
+
+
 def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str]) -> None:
     args = [*BASE, "algorithm=fedasync", "system=profiles", "num_clients=4", "num_rounds=4"]
     args += ["async.concurrency=3", "async.staleness=hinge", "algorithm.mu=0.01"]
@@ -134,6 +173,7 @@ def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str])
         (["system=mobile", "privacy=central_fixed"], "privacy.name=central_fixed is refused"),
         (["system=mobile", "clients_per_round=2"], "clients_per_round=2 is refused"),
         (["system=mobile", "runtime=local"], "system.name=mobile is refused with runtime=local"),
+        (["system=mobile", "compression.down=st"], "compression.down.name=st is refused"),
         (["system=mobile", "evaluation=federated"], "evaluation.mode=federated is refused"),
     ],
 )

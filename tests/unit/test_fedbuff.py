@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from fl_system.learning.aggregation import weighted_average
-from server_app.strategies.fedbuff_math import fedbuff_step
+from fl_system.learning.robust import CoordinateMedian, WeightedMean
+from server_app.strategies.fedbuff_math import fedbuff_step, robust_fedbuff_step
 
 
 def test_a_step_adds_each_updates_change_from_its_own_start() -> None:
@@ -59,3 +60,30 @@ def test_mismatched_buffers_and_bad_scales_are_refused() -> None:
         fedbuff_step([np.zeros(1)], [[np.zeros(1)]] * 2, [None], [1, 1], [1, 1], 1.0)
     with pytest.raises(ValueError, match="staleness scales must be finite and >= 0"):
         fedbuff_step([np.zeros(1)], [[np.zeros(1)]], [None], [1], [-0.5], 1.0)
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1.0, 1e6])
+def test_a_robust_step_medians_the_moved_updates(scale: float) -> None:
+    """x = (0, 0); three updates, s = (1, 1, 0.5): y_1 = (1, 2) fresh, y_2 = (3, -1) from
+    x_tau = (1, 1), y_3 = (100, 100) fresh (hostile). Moved onto x: z = (1, 2), (2, -2),
+    (50, 50); their coordinate median (2, 2); eta = 0.5 steps halfway: (1, 1). With the
+    weighted mean (p = 1/3 each) it is fedbuff_step's: (53, 50) / 3 * 0.5."""
+    x = [np.zeros(2) * scale]
+    models = [[np.array([1.0, 2.0]) * scale], [np.array([3.0, -1.0]) * scale]]
+    models.append([np.array([100.0, 100.0]) * scale])
+    starts = [None, [np.array([1.0, 1.0]) * scale], None]
+    buffer = (x, models, starts, [1.0, 1.0, 1.0], [1.0, 1.0, 0.5], 0.5)
+    median = robust_fedbuff_step(*buffer, CoordinateMedian().combine)
+    np.testing.assert_allclose(median[0], np.array([1.0, 1.0]) * scale, rtol=1e-12)
+    mean = robust_fedbuff_step(*buffer, WeightedMean().combine)
+    np.testing.assert_allclose(mean[0], fedbuff_step(*buffer)[0], rtol=1e-12)
+    np.testing.assert_allclose(mean[0], np.array([53.0, 50.0]) / 6 * scale, rtol=1e-12)
+
+
+def test_a_robust_step_keeps_counters_and_dtypes() -> None:
+    x = [np.zeros(2, np.float32), np.array([7], np.int64)]
+    y = [np.ones(2, np.float32), np.array([9], np.int64)]
+    out = robust_fedbuff_step(x, [y, y], [None, None], [1.0, 3.0], [1.0, 1.0], 1.0,
+                              CoordinateMedian().combine)  # fmt: skip
+    assert out[0].dtype == np.float32 and out[1].tolist() == [7]
+    np.testing.assert_array_equal(out[0], np.ones(2, np.float32))
