@@ -42,14 +42,15 @@ class VirtualTimes:
         start = availability.next_online(idle, now)
         return (start, availability.online(idle, start)) if math.isfinite(start) else (now, [])
 
-    def earliest(self, partition: int, start: float, down_bytes: int) -> float:
-        """The soonest a task sent at `start` can finish: its download and local steps."""
+    def earliest(self, partition: int, start: float, down_bytes: int, steps: int | None) -> float:
+        """The soonest a task sent at `start` can finish: its download and local steps
+        (`steps`, or train.local_steps)."""
         profile = self._profile(partition)
         soonest = start + transfer_seconds(
             down_bytes, profile.down_bytes_per_second, profile.latency
         )
-        if self.system.local_steps is not None:
-            soonest += compute_seconds(self.system.local_steps, self.system.batch_size, profile)
+        if (work := steps if steps is not None else self.system.local_steps) is not None:
+            soonest += compute_seconds(work, self.system.batch_size, profile)
         return soonest
 
     def finish(
@@ -112,7 +113,7 @@ class WallTimes:
     def start(self, idle: list[int], now: float) -> tuple[float, list[int]]:
         return max(now, self.now()), idle
 
-    def earliest(self, partition: int, start: float, down_bytes: int) -> float:
+    def earliest(self, partition: int, start: float, down_bytes: int, steps: int | None) -> float:
         return start
 
     def finish(

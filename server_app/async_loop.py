@@ -83,17 +83,19 @@ class AsyncLoop:
             for t in self.timeline.in_flight
         )
 
-    def send(self, partition: int, earliest: float, start: float | None = None) -> Task:
+    def send(
+        self, partition: int, earliest: float, start: float | None = None, steps: int | None = None
+    ) -> Task:
         """A task for `partition` from the current model, starting now (or at `start`, later:
         when its client comes online), finishing no sooner than `earliest` (its download and
-        compute)."""
+        compute); `steps`: the local steps it was given, if not train.local_steps."""
         if self.free_slots <= 0:
             raise ValueError(f"all {self.concurrency} slots are busy")
         begin = self.now if start is None else start
         if begin < self.now:
             raise ValueError(f"a task cannot start ({begin}) before now ({self.now})")
         self._starts[self.version] = self.model
-        return self.timeline.send(partition, self.version, begin, earliest)
+        return self.timeline.send(partition, self.version, begin, earliest, steps)
 
     def arrived(
         self, task_id: int, finish: float, model: list[np.ndarray] | None, weight: float = 0.0

@@ -32,16 +32,17 @@ from fl_system.messages import protocol, wire
 from server_app.async_clocks import Times
 from server_app.async_loop import AsyncLoop, Step, StepRule
 from server_app.async_state import PREFIX, AsyncState, decode, encode
+from server_app.async_tally import Outcome, StepTally
 from server_app.compression import expand_reply
 from server_app.exchange import FIRST_POLL_SECONDS, poll_wait
 from server_app.federated.replies import arrays_like
 from server_app.federated.screening import unpack_replies
 from server_app.nodes import LOST
 from server_app.rounds import RoundPlan, RunFailed
+from server_app.stragglers import Stragglers
 
 log = logging.getLogger(__name__)
 
-FUTILE_TASKS = 50  # tasks per slot that may come to nothing between two steps
 _DRAW = 0xA51C  # separates the draws of asynchronous slots from the rounds' sampling
 Content = Callable[[RoundPlan, int], RecordDict]  # the strategy's message for a partition
 Refresh = Callable[[Iterable[int]], Mapping[int, int]]  # nodes gone -> node -> partition now
@@ -75,16 +76,6 @@ class _Outbox:
     content: Content
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """What a reply brought, counted when its task is taken (in virtual order, not in the
-    order replies reach this machine)."""
-
-    up_bytes: int = 0
-    failure: str = ""  # why it failed
-    offline: bool = False  # its client went offline before it finished
-
-
 class AsyncSteps:
     """The asynchronous half of a strategy's run over one grid."""
 
@@ -97,22 +88,20 @@ class AsyncSteps:
         seed: int,
         timeout: float,
         compression: Compression | None = None,
+        stragglers: Stragglers | None = None,
     ) -> None:
         self.settings = settings
         self.rule = rule
         self.times = times
         self.compression = compression  # compression.up: replies decoded against their model
+        self.stragglers = stragglers  # stragglers.*: each draw's budget of local steps
         self.seed = seed
         self.timeout = timeout
         self.loop: AsyncLoop | None = None
         self._sent: dict[int, _Sent] = {}  # task id -> what went
         self._pending: dict[str, int] = {}  # message id -> task id
         self._tasks_sent = 0  # restored by a resume: the draws go on where they were
-        self._lost_offline = self._failed = 0
-        self._bytes = [0, 0]  # up, down since the last step
-        self._losses: dict[int, float] = {}  # task id -> its reply's training loss
-        self._outcomes: dict[int, _Outcome] = {}  # task id -> what its reply brought
-        self._last_failure = ""
+        self.tally = StepTally()  # since the last step
         self._model: tuple[int, ArrayRecord] | None = None  # the version sent, as a record
         self._restored: AsyncState | None = None
         self._resend: list[int] = []  # restored tasks to send again
@@ -141,12 +130,11 @@ class AsyncSteps:
             if taken is not None:
                 waited = time.monotonic()
                 task, step = taken
-                self._account(task.task_id)
+                self.tally.taken(task.task_id)
                 if step is not None:
                     return arrays_like(arrays, step.model), self._row(step)
                 if all(u.task is not task for u in loop.buffer):  # dropped, failed or lost
-                    self._losses.pop(task.task_id, None)
-                    self._check_progress()
+                    self.tally.check_progress(self.settings.concurrency)
                 continue
             if not self._pending:
                 raise RunFailed("no task is in flight and none can be sent: no client is left")
@@ -157,24 +145,6 @@ class AsyncSteps:
                 out.partition_node.clear()
                 out.partition_node.update({p: n for n, p in refresh(self._gone).items()})
                 self._gone = set()
-
-    def _account(self, task_id: int) -> None:
-        outcome = self._outcomes.pop(task_id, _Outcome())
-        self._bytes[0] += outcome.up_bytes
-        self._lost_offline += outcome.offline
-        if outcome.failure:
-            self._failed += 1
-            self._last_failure = outcome.failure
-
-    def _check_progress(self) -> None:
-        """Many tasks in a row that came to nothing: the federation cannot make progress."""
-        wasted = self._failed + self._lost_offline
-        if wasted > FUTILE_TASKS * self.settings.concurrency:
-            why = f"; the last failure: {self._last_failure}" if self._last_failure else ""
-            raise RunFailed(
-                f"{wasted} tasks since the last server step came to nothing ({self._failed} "
-                f"failed, {self._lost_offline} went offline before finishing){why}"
-            )
 
     def _loop(self, arrays: ArrayRecord) -> AsyncLoop:
         if self.loop is None:
@@ -199,14 +169,29 @@ class AsyncSteps:
                 return  # every client trains already, or none comes online again
             rng = np.random.default_rng(derive_seed(self.seed, self._tasks_sent, _DRAW))
             partition = int(rng.choice(online))
-            message, model = self._message(loop, out, partition)
+            steps = self._budget(partition)
+            if steps == 0:  # inactive this time: nothing is sent, the next draw takes the slot
+                self._tasks_sent += 1
+                self.tally.check_progress(self.settings.concurrency)
+                continue
+            message, model = self._message(loop, out, partition, steps=steps)
             size = flwr_hooks.wire_sizes([message])[0]
-            earliest = self.times.earliest(partition, start, size.content)
-            task = loop.send(partition, earliest, start=start)
+            earliest = self.times.earliest(partition, start, size.content, steps)
+            task = loop.send(partition, earliest, start=start, steps=steps)
             sent = _Sent(partition, message.metadata.dst_node_id, model, size.content, start)
             self._push(out, message, task.task_id, sent)
             self._tasks_sent += 1
-            self._bytes[1] += size.whole
+            self.tally.bytes_down += size.whole
+
+    def _budget(self, partition: int) -> int | None:
+        """stragglers.*: this draw's local steps for `partition` (0: inactive; None: all E),
+        drawn from (seed, draw number, partition) as a round's are from its round."""
+        if self.stragglers is None:
+            return None
+        steps = self.stragglers.budget(self._tasks_sent + 1, partition)
+        self.tally.inactive += steps == 0
+        self.tally.incomplete += 0 < steps < self.stragglers.steps
+        return steps if steps < self.stragglers.steps else None
 
     def _send_again(self, loop: AsyncLoop, out: _Outbox) -> None:
         """The tasks a resumed run's checkpoint had in flight, sent as they were first sent
@@ -217,16 +202,22 @@ class AsyncSteps:
                 log.warning("task %d: partition %d has no node now", task_id, task.partition)
                 loop.lost(task_id)
                 continue
-            message, model = self._message(loop, out, task.partition, task.version)
+            message, model = self._message(loop, out, task.partition, task.version, task.steps)
             size = flwr_hooks.wire_sizes([message])[0].content
             node = message.metadata.dst_node_id
             self._push(out, message, task_id, _Sent(task.partition, node, model, size, task.start))
         self._resend = []
 
     def _message(
-        self, loop: AsyncLoop, out: _Outbox, partition: int, version: int | None = None
+        self,
+        loop: AsyncLoop,
+        out: _Outbox,
+        partition: int,
+        version: int | None = None,
+        steps: int | None = None,
     ) -> tuple[Message, ArrayRecord]:
-        """The training message for `partition` from model `version` (the current one)."""
+        """The training message for `partition` from model `version` (the current one), for
+        `steps` local steps (None: train.local_steps)."""
         version = loop.version if version is None else version
         model = self._record(loop, out.arrays, version)
         node = out.partition_node[partition]
@@ -235,6 +226,7 @@ class AsyncSteps:
             arrays=model,
             config=ConfigRecord({protocol.SERVER_ROUND: version + 1}),
             nodes={node: partition},
+            node_config={} if steps is None else {partition: {protocol.LOCAL_STEPS: steps}},
         )
         message = Message(
             content=wire.pack(out.content(plan, partition)),
@@ -288,7 +280,7 @@ class AsyncSteps:
                 self._gone.add(sent.node)
             log.warning("task %d (partition %d): %s", task_id, sent.partition, failures[0].reason)
             why = f"partition {sent.partition}: {failures[0].reason}"
-            self._outcomes[task_id] = _Outcome(up, failure=why)
+            self.tally.outcomes[task_id] = Outcome(up, failure=why)
             loop.arrived(task_id, self.times.failed(task.earliest), None)
             return
         (client,) = ok
@@ -298,12 +290,12 @@ class AsyncSteps:
             task, sent.down_bytes, size.content, None if steps is None else float(steps)
         )
         if offline:  # gone first: the server learns of it no sooner than a reply could come
-            self._outcomes[task_id] = _Outcome(offline=True)
+            self.tally.outcomes[task_id] = Outcome(offline=True)
             loop.arrived(task_id, finish, None)
             return
-        self._outcomes[task_id] = _Outcome(up)
+        loss = float(client.metrics.get(protocol.TRAIN_LOSS, math.nan))
+        self.tally.outcomes[task_id] = Outcome(up, loss=loss)
         loop.arrived(task_id, finish, client.arrays, float(client.num_examples))
-        self._losses[task_id] = float(client.metrics.get(protocol.TRAIN_LOSS, math.nan))
 
     def _lose_all(self, loop: AsyncLoop) -> None:
         """round_timeout passed without a reply: every task in flight is lost."""
@@ -312,36 +304,19 @@ class AsyncSteps:
         )
         for task_id in list(self._pending.values()):
             self._sent.pop(task_id, None)
-            self._failed += 1
+            self.tally.failed += 1
             loop.lost(task_id)
         self._pending.clear()
 
     # ----- the step's row and the checkpoint -------------------------------------------------
     def _row(self, step: Step) -> dict[str, float]:
         """What metrics.csv gets for a step (the driver adds the round and the evaluation)."""
-        staleness = [u.staleness for u in step.updates]
-        losses = [(u.weight, self._losses.pop(u.task.task_id, math.nan)) for u in step.updates]
-        weight = sum(w for w, loss in losses if math.isfinite(loss))
-        row: dict[str, float] = {
-            "participants": len(step.updates),
-            "failures": self._failed + self._lost_offline,
-            "bytes_up": self._bytes[0],
-            "bytes_down": self._bytes[1],
-            "train_loss": (
-                sum(w * loss for w, loss in losses if math.isfinite(loss)) / weight
-                if weight
-                else math.nan
-            ),
-            self.times.column: step.time,
-            "staleness_mean": float(np.mean(staleness)),
-            "staleness_max": max(staleness),
-            "dropped_stale": step.dropped,
-        }
+        tally, self.tally = self.tally, self.tally.next()
+        row = tally.row(step, self.times.column)
         if online := self.times.online(step.time):
-            row.update(online, went_offline=self._lost_offline)
-        self._failed = self._lost_offline = 0
-        self._last_failure = ""
-        self._bytes = [0, 0]
+            row.update(online, went_offline=tally.offline)
+        if self.stragglers is not None:
+            row.update(inactive=tally.inactive, incomplete=tally.incomplete)
         return row
 
     def state_dict(self) -> dict[str, np.ndarray]:

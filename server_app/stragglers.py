@@ -29,20 +29,21 @@ class Stragglers:
     incomplete: float
     inactive: float
 
+    def budget(self, draw: int, partition: int) -> int:
+        """One client's steps for round (or asynchronous draw) `draw`: 0, 1..E-1 or E."""
+        return round_budget(
+            seed=self.seed,
+            server_round=draw,
+            partition=partition,
+            steps=self.steps,
+            incomplete=self.incomplete,
+            inactive=self.inactive,
+        )
+
     def apply(self, plan: RoundPlan, *, partial_work: bool) -> RoundPlan:
         """The plan with inactive clients removed and incomplete ones set to their budget
         (or removed, when the strategy cannot use partial work)."""
-        budgets = {
-            pid: round_budget(
-                seed=self.seed,
-                server_round=plan.round,
-                partition=pid,
-                steps=self.steps,
-                incomplete=self.incomplete,
-                inactive=self.inactive,
-            )
-            for pid in plan.nodes.values()
-        }
+        budgets = {pid: self.budget(plan.round, pid) for pid in plan.nodes.values()}
         partial = {pid for pid, s in budgets.items() if 0 < s < self.steps}
         usable = {pid for pid, s in budgets.items() if s == self.steps or (s and partial_work)}
         node_config = {pid: dict(config) for pid, config in plan.node_config.items()}

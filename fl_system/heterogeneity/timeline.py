@@ -25,6 +25,7 @@ class Task:
     start: float
     earliest: float  # the soonest it can finish: start, download and compute
     finish: float | None = None  # known once its reply arrived (the upload added)
+    steps: int | None = None  # the local steps it was given (None: train.local_steps)
 
     def before(self, other: Task) -> bool:
         """Whether this task (finish known) ends before `other` could."""
@@ -54,13 +55,15 @@ class Timeline:
         """The partitions training now (a client runs one task at a time)."""
         return {t.partition for t in self._tasks.values()}
 
-    def send(self, partition: int, version: int, start: float, earliest: float) -> Task:
+    def send(
+        self, partition: int, version: int, start: float, earliest: float, steps: int | None = None
+    ) -> Task:
         """A new task, numbered in sending order."""
         if earliest < start:
             raise ValueError(f"a task cannot finish ({earliest}) before it starts ({start})")
         if partition in self.busy():
             raise ValueError(f"partition {partition} is training already")
-        task = Task(self._sent, partition, version, start, earliest)
+        task = Task(self._sent, partition, version, start, earliest, steps=steps)
         self._tasks[task.task_id] = task
         self._sent += 1
         return task

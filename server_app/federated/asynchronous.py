@@ -54,8 +54,6 @@ _REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ),
     ("system.round_deadline", _is_not(None), "there are no rounds to set a deadline for"),
     ("system.first_k", _is_not(None), "there are no rounds: every update counts as it arrives"),
-    ("stragglers.incomplete", _is_not(0), "stragglers' budgets are drawn per round"),
-    ("stragglers.inactive", _is_not(0), "stragglers' budgets are drawn per round"),
     ("clients_per_round", _is_not(None), "async.concurrency says how many clients train at once"),
     ("algorithm.disco.enabled", _is(True), "Disco weighting within a buffer is not defined yet"),
     ("algorithm.gsnr.enabled", _is(True), "GSNR's step schedule is per round"),
@@ -118,6 +116,7 @@ class AsynchronousStrategy(FederatedStrategy):
             seed=int(cfg.seed),
             timeout=float(cfg.round_timeout),
             compression=self.federation.compression,
+            stragglers=self.federation.stragglers,
         )
 
     def scale(self, staleness: int) -> float:

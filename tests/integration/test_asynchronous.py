@@ -62,10 +62,13 @@ def test_fedbuff_stopped_and_resumed_ends_as_the_run_that_never_stopped(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """A target accuracy stops the run after a few steps with tasks in flight; resumed, those
-    tasks are sent again from the models they started from, and the run ends with the model,
-    accuracy, staleness and virtual clock of the run that never stopped."""
+    tasks are sent again from the models they started from, for the steps they were given
+    (stragglers: some draws find the client inactive, some get fewer steps), and the run
+    ends with the model, accuracy, staleness and virtual clock of the run that never
+    stopped."""
     args = [*BASE, "algorithm=fedbuff", "system=mobile", "num_clients=6", "num_rounds=8"]
     args += ["async.concurrency=4", "async.buffer_size=2"]
+    args += ["stragglers.incomplete=0.4", "stragglers.inactive=0.2"]
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     result = run_cli([*args, f"hydra.run.dir={straight}"], cli_env)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -78,6 +81,8 @@ def test_fedbuff_stopped_and_resumed_ends_as_the_run_that_never_stopped(
     assert "tasks in flight at the stop are sent again" in said
     assert_same_end(straight, broken, 8)
     assert history(straight) == history(broken)
+    rows = metrics_rows(straight)
+    assert sum(int(r["inactive"]) for r in rows) > 0 and sum(int(r["incomplete"]) for r in rows) > 0
 
 
 def test_a_buffer_of_every_client_all_fresh_is_fedavg_to_the_bit(
@@ -157,8 +162,10 @@ def test_fedbuff_takes_compressed_updates_with_error_feedback(
 
 
 def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """A step per update, a freeloader (it echoes the last global update) among the four."""
     args = [*BASE, "algorithm=fedasync", "system=profiles", "num_clients=4", "num_rounds=4"]
     args += ["async.concurrency=3", "async.staleness=hinge", "algorithm.mu=0.01"]
+    args += ["clients.freeloaders.ids=[0]"]
     result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = metrics_rows(tmp_path / "run")
