@@ -13,7 +13,7 @@ from fl_system.records.compare.table import Configuration
 from fl_system.records.seed_stats import BAND, seed_band
 
 X_AXES = {
-    "rounds": "round",
+    "rounds": "round (a server step under FedBuff and FedAsync)",
     "bytes": "MB on the wire (up + down, cumulative)",
     "seconds": "training seconds",
     "virtual": "virtual seconds (system=...: the devices' and networks' time)",
