@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,8 @@ class Update:
     staleness: int
     model: list[np.ndarray]
     start: list[np.ndarray] | None  # the model it trained from; None: the current one
-    weight: float  # its weight in a buffer (examples, or Disco's)
+    weight: float  # its weight in a buffer (its examples)
+    reply: Any = None  # what the caller passed with it (the reply: for Disco's weights)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class AsyncLoop:
     buffer: list[Update] = field(default_factory=list)
     dropped: int = 0
     _starts: dict[int, list[np.ndarray]] = field(default_factory=dict)  # version -> model
-    _replies: dict[int, tuple[list[np.ndarray], float]] = field(default_factory=dict)
+    _replies: dict[int, tuple[list[np.ndarray] | None, float, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.buffer_size < 1:
@@ -98,13 +100,18 @@ class AsyncLoop:
         return self.timeline.send(partition, self.version, begin, earliest, steps)
 
     def arrived(
-        self, task_id: int, finish: float, model: list[np.ndarray] | None, weight: float = 0.0
+        self,
+        task_id: int,
+        finish: float,
+        model: list[np.ndarray] | None,
+        weight: float = 0.0,
+        reply: Any = None,
     ) -> None:
         """A task's reply: its model and weight, and when it finished (its upload counted);
         `model` None: the task came to nothing at `finish` (its client went offline, or
-        failed), and its slot frees then, in turn."""
+        failed), and its slot frees then, in turn. `reply` travels with its update."""
         self.timeline.finished(task_id, finish)
-        self._replies[task_id] = (model, weight)
+        self._replies[task_id] = (model, weight, reply)
 
     def lost(self, task_id: int) -> Task:
         """A task that will never reply (its node left): its slot frees now."""
@@ -120,7 +127,7 @@ class AsyncLoop:
         assert task.finish is not None
         self.timeline.take(task.task_id)
         self.now = max(self.now, task.finish)
-        model, weight = self._replies.pop(task.task_id)
+        model, weight, reply = self._replies.pop(task.task_id)
         if model is None:
             self._release(task)
             return task, None
@@ -130,7 +137,7 @@ class AsyncLoop:
             self._release(task)
             return task, None
         start = None if staleness == 0 else self._starts[task.version]
-        self.buffer.append(Update(task, staleness, model, start, weight))
+        self.buffer.append(Update(task, staleness, model, start, weight, reply))
         self._release(task)
         if len(self.buffer) < self.buffer_size:
             return task, None

@@ -295,7 +295,7 @@ class AsyncSteps:
             return
         loss = float(client.metrics.get(protocol.TRAIN_LOSS, math.nan))
         self.tally.outcomes[task_id] = Outcome(up, loss=loss)
-        loop.arrived(task_id, finish, client.arrays, float(client.num_examples))
+        loop.arrived(task_id, finish, client.arrays, float(client.num_examples), client)
 
     def _lose_all(self, loop: AsyncLoop) -> None:
         """round_timeout passed without a reply: every task in flight is lost."""

@@ -55,7 +55,6 @@ _REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("system.round_deadline", _is_not(None), "there are no rounds to set a deadline for"),
     ("system.first_k", _is_not(None), "there are no rounds: every update counts as it arrives"),
     ("clients_per_round", _is_not(None), "async.concurrency says how many clients train at once"),
-    ("algorithm.disco.enabled", _is(True), "Disco weighting within a buffer is not defined yet"),
     ("algorithm.gsnr.enabled", _is(True), "GSNR's step schedule is per round"),
 )
 

@@ -40,11 +40,16 @@ class Weighting:
         """
         if self.uniform_weights:
             return np.full(len(replies), 1.0 / len(replies))
+        p = self.addon_weights(replies)
+        return p if p is not None else normalized(self.base_weights(plan, replies))
+
+    def addon_weights(self, replies: list[ClientReply]) -> np.ndarray | None:
+        """An enabled add-on's p_k for the replies (FedDisco's), or None."""
         for addon in self.addons:
             p = addon.weights(replies)
             if p is not None:
                 return p
-        return normalized(self.base_weights(plan, replies))
+        return None
 
     def weight_columns(self, replies: list[ClientReply], weights: np.ndarray) -> dict[str, float]:
         """p_k in metrics.csv as `weight_<partition>`."""

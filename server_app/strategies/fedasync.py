@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Unpack
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from fl_system.settings.value_checks import ConfigError
 from server_app.async_loop import Update
@@ -39,6 +40,12 @@ class FedAsync(AsynchronousStrategy):
         self, *, alpha: float | None = None, mu: float | None = None, **common: Unpack[Common]
     ) -> None:
         super().__init__(settings={"algorithm.alpha": alpha, "algorithm.mu": mu}, **common)
+        if OmegaConf.select(self.experiment, "algorithm.disco.enabled"):
+            raise ConfigError(
+                "algorithm=fedasync: algorithm.disco.enabled=true is refused: each step takes "
+                "one update, so there are no clients to weigh against each other (FedBuff's "
+                "buffer has them)"
+            )
         self.alpha = float(self.experiment.algorithm.alpha)
         if not 0 < self.alpha <= 1:
             raise ConfigError(f"algorithm.alpha must be in (0, 1], got {self.alpha}")

@@ -40,14 +40,16 @@ class FedBuff(AsynchronousStrategy):
 
     def step(self, current: list[np.ndarray], updates: Sequence[Update]) -> list[np.ndarray]:
         """The buffer summed in partition order, as a round's replies are (so a buffer of every
-        client, all fresh, is FedAvg's round to the bit); through `aggregation.robust` when it
-        is not the mean."""
+        client, all fresh, is FedAvg's round to the bit), weighted by data size or, with Disco
+        enabled, by Disco's weights over the buffer's clients; through `aggregation.robust`
+        when it is not the mean."""
         updates = sorted(updates, key=lambda u: (u.task.partition, u.task.task_id))
+        disco = self.addon_weights([u.reply for u in updates])  # Disco's, over the buffer
         buffer = (
             current,
             [u.model for u in updates],
             [u.start for u in updates],
-            [u.weight for u in updates],
+            [u.weight for u in updates] if disco is None else list(disco),
             [self.scale(u.staleness) for u in updates],
             self.eta,
         )

@@ -9,9 +9,15 @@ import pytest
 from flwr.app import MetricRecord
 
 from fl_system.addons.disco import DISCO_COUNTS, DISCO_D, DISCO_TARGET
+from fl_system.heterogeneity.timeline import Task
 from fl_system.messages import protocol
+from fl_system.settings.value_checks import ConfigError
 from server_app.addons.disco import DiscoWeighting
+from server_app.async_loop import Update
+from server_app.federated.screening import unpack_replies
+from server_app.strategies.fedasync import FedAsync
 from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fedbuff import FedBuff
 from server_app.strategies.feddisco import FedDisco
 from tests.mock_replies import aggregate, plan, reply
 
@@ -111,3 +117,26 @@ def test_bad_settings_are_named(kwargs, message) -> None:
     with pytest.raises(ValueError) as err:
         DiscoWeighting(**kwargs)
     assert message in str(err.value)
+
+
+def test_fedbuff_weighs_a_buffer_by_disco_as_a_round() -> None:
+    """A buffer of the three clients above, all fresh, eta 1, s = 1: FedBuff's step is the
+    Disco-weighted average the round gives, p = (0.524696, 0.295455, 0.179849)."""
+    d = [np.log(3) - np.log(2), 0.0, np.log(3)]
+    messages = [_reply(0, 1.0, 100, d[0]), _reply(1, 2.0, 30, d[1]), _reply(2, 4.0, 90, d[2])]
+    ok, _ = unpack_replies(messages)
+    buffer = [
+        Update(Task(i, r.partition_id, 0, 0.0, 1.0), 0, r.arrays, None, r.num_examples, r)
+        for i, r in enumerate(reversed(ok))  # taken in any order: summed by partition
+    ]
+    fedbuff = FedBuff(addons=[DiscoWeighting()], experiment=["async.staleness=constant"])
+    stepped = fedbuff.step([np.zeros(1, np.float32)], buffer)
+    p = [0.524696, 0.295455, 0.179849]
+    np.testing.assert_allclose(stepped[0], [p[0] + 2 * p[1] + 4 * p[2]], rtol=1e-6)
+    plain = FedBuff(experiment=["async.staleness=constant"]).step([np.zeros(1, np.float32)], buffer)
+    np.testing.assert_allclose(plain[0], [(100 + 2 * 30 + 4 * 90) / 220], rtol=1e-6)
+
+
+def test_fedasync_refuses_disco_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"algorithm\.disco\.enabled=true is refused: each step"):
+        FedAsync(experiment=["algorithm.disco.enabled=true"])
