@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
@@ -30,7 +31,7 @@ from fl_system.learning.compression import Compression
 from fl_system.learning.seeding import derive_seed
 from fl_system.messages import protocol, wire
 from server_app.async_clocks import Times
-from server_app.async_loop import AsyncLoop, Step, StepRule
+from server_app.async_loop import AsyncLoop, Step, StepRule, Update
 from server_app.async_state import PREFIX, AsyncState, decode, encode
 from server_app.async_tally import Outcome, StepTally
 from server_app.compression import expand_reply
@@ -46,6 +47,27 @@ log = logging.getLogger(__name__)
 _DRAW = 0xA51C  # separates the draws of asynchronous slots from the rounds' sampling
 Content = Callable[[RoundPlan, int], RecordDict]  # the strategy's message for a partition
 Refresh = Callable[[Iterable[int]], Mapping[int, int]]  # nodes gone -> node -> partition now
+
+
+class Broadcasts(Protocol):
+    """compression.down's side of the federation (`Federation`): the global model sent as
+    the broadcasts each client misses, confirmed by replies, moved on by each step."""
+
+    def outgoing(
+        self,
+        messages: Sequence[Message],
+        nodes: Mapping[int, int],
+        model: ArrayRecord,
+        version: int,
+    ) -> list[Message]: ...
+
+    def confirm(self, replies: Sequence[Message]) -> None: ...
+
+    def forget_clients(self) -> None: ...
+
+    def commit(
+        self, arrays: ArrayRecord, server_round: int, *, keep_pending: bool
+    ) -> tuple[ArrayRecord, dict[str, int]]: ...
 
 
 @dataclass(frozen=True)
@@ -89,12 +111,16 @@ class AsyncSteps:
         timeout: float,
         compression: Compression | None = None,
         stragglers: Stragglers | None = None,
+        broadcasts: Broadcasts | None = None,
     ) -> None:
         self.settings = settings
         self.rule = rule
         self.times = times
         self.compression = compression  # compression.up: replies decoded against their model
         self.stragglers = stragglers  # stragglers.*: each draw's budget of local steps
+        self.broadcasts = broadcasts  # compression.down
+        self._broadcast: dict[str, int] = {}  # the last step's broadcast, for its row
+        self._names = ArrayRecord()  # the model's layer names, for a step's broadcast
         self.seed = seed
         self.timeout = timeout
         self.loop: AsyncLoop | None = None
@@ -119,6 +145,7 @@ class AsyncSteps:
         nodes now connected (and forgets those found gone): at the start, and when a task's
         node is found gone, so that its slot goes to a node that is there."""
         loop = self._loop(arrays)
+        self._names = arrays
         out = _Outbox(grid, {p: n for n, p in refresh(()).items()}, arrays, content)
         if self._resend:
             self._send_again(loop, out)
@@ -150,14 +177,32 @@ class AsyncSteps:
         if self.loop is None:
             s = self.settings
             self.loop = AsyncLoop(
-                arrays.to_numpy_ndarrays(), s.concurrency, s.buffer_size, s.max_staleness, self.rule
+                arrays.to_numpy_ndarrays(),
+                s.concurrency,
+                s.buffer_size,
+                s.max_staleness,
+                self._stepped,
             )
             if (saved := self._restored) is not None:
                 tasks, starts = (saved.tasks, saved.starts) if self.times.resends else ([], {})
                 self.loop.restore(saved.version, saved.now, tasks, saved.sent, starts)
                 self._tasks_sent = saved.sent
                 self._resend = [t.task_id for t in tasks]
+                if self.broadcasts is not None:  # the tasks in flight at the stop may or may
+                    self.broadcasts.forget_clients()  # not have moved their clients' models
         return self.loop
+
+    def _stepped(self, current: list[np.ndarray], updates: Sequence[Update]) -> list[np.ndarray]:
+        """The algorithm's step; under compression.down, the model clients will hold (its
+        broadcast made)."""
+        new = self.rule(current, updates)
+        if self.broadcasts is None:
+            return new
+        assert self.loop is not None
+        held, self._broadcast = self.broadcasts.commit(
+            arrays_like(self._names, new), self.loop.version + 1, keep_pending=True
+        )
+        return held.to_numpy_ndarrays()
 
     # ----- sending -----------------------------------------------------------------------------
     def _fill(self, loop: AsyncLoop, out: _Outbox) -> None:
@@ -228,11 +273,10 @@ class AsyncSteps:
             nodes={node: partition},
             node_config={} if steps is None else {partition: {protocol.LOCAL_STEPS: steps}},
         )
-        message = Message(
-            content=wire.pack(out.content(plan, partition)),
-            dst_node_id=node,
-            message_type=MessageType.TRAIN,
-        )
+        message = Message(out.content(plan, partition), node, MessageType.TRAIN)
+        if self.broadcasts is not None:
+            (message,) = self.broadcasts.outgoing([message], {node: partition}, model, version)
+        message.content = wire.pack(message.content)
         return message, model
 
     def _push(self, out: _Outbox, message: Message, task_id: int, sent: _Sent) -> None:
@@ -267,6 +311,8 @@ class AsyncSteps:
     def _received(self, loop: AsyncLoop, reply: Message) -> None:
         task_id = self._pending.pop(reply.metadata.reply_to_message_id)
         sent = self._sent.pop(task_id)
+        if self.broadcasts is not None:
+            self.broadcasts.confirm([reply])
         size = flwr_hooks.wire_sizes([reply])[0] if not reply.has_error() else None
         if size is not None:
             reply.content = wire.unpack(reply.content)
@@ -317,6 +363,7 @@ class AsyncSteps:
             row.update(online, went_offline=tally.offline)
         if self.stragglers is not None:
             row.update(inactive=tally.inactive, incomplete=tally.incomplete)
+        row.update(self._broadcast)
         return row
 
     def state_dict(self) -> dict[str, np.ndarray]:

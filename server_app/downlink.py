@@ -83,9 +83,15 @@ class Downlink:
 
     # ----- sending -------------------------------------------------------------------------
     def outgoing(
-        self, messages: Sequence[Message], nodes: Mapping[int, int], global_arrays: ArrayRecord
+        self,
+        messages: Sequence[Message],
+        nodes: Mapping[int, int],
+        global_arrays: ArrayRecord,
+        version: int | None = None,
     ) -> list[Message]:
-        """The messages as they travel: the global model replaced per client."""
+        """The messages as they travel: the global model replaced per client. `version`: the
+        version `global_arrays` is, if an earlier one (an asynchronous task sent again)."""
+        version = self.version if version is None else version
         out = []
         for message in messages:
             node = message.metadata.dst_node_id
@@ -94,15 +100,15 @@ class Downlink:
                 out.append(message)
                 continue
             partition = nodes[node]
-            self._pending[node] = (partition, self.version)
+            self._pending[node] = (partition, version)
             rewritten = RecordDict()
             for name, record in content.items():
                 if name != protocol.ARRAYS:
                     rewritten[name] = record
-            arrays, updates = self._model_for(partition, global_arrays)
+            arrays, updates = self._model_for(partition, global_arrays, version)
             rewritten[protocol.ARRAYS] = arrays
             config = dict(rewritten.config_records.get(protocol.CONFIG, ConfigRecord()))
-            config[protocol.MODEL_VERSION] = self.version
+            config[protocol.MODEL_VERSION] = version
             if updates is not None:
                 rewritten[protocol.DOWN_UPDATES] = updates
             rewritten[protocol.CONFIG] = ConfigRecord(config)
@@ -112,13 +118,14 @@ class Downlink:
         return out
 
     def _model_for(
-        self, partition: int, arrays: ArrayRecord
+        self, partition: int, arrays: ArrayRecord, version: int
     ) -> tuple[ArrayRecord, ArrayRecord | None]:
-        """(ARRAYS, DOWN_UPDATES) for one client: the integer tensors and the broadcasts since
-        the version it holds, keyed by the version each one makes; or the whole model, None."""
+        """(ARRAYS, DOWN_UPDATES) for one client: the integer tensors and the broadcasts from
+        the version it holds to `version`, keyed by the version each one makes; or the whole
+        model, None."""
         held = self.synced.get(partition)
-        missing = range((held or 0) + 1, self.version + 1)
-        if held is None or any(v not in self.broadcasts for v in missing):
+        missing = range((held or 0) + 1, version + 1)
+        if held is None or held > version or any(v not in self.broadcasts for v in missing):
             return arrays, None
         dense = ArrayRecord({k: arrays[k] for k in arrays if k not in (self.held or {})})
         return dense, ArrayRecord({str(v): Array(self.broadcasts[v]) for v in missing})
@@ -135,9 +142,19 @@ class Downlink:
             else:
                 self.synced[partition] = version
 
+    def forget_clients(self) -> None:
+        """Send every client the whole model next: what it holds is no longer known (an
+        asynchronous run resumed while tasks were in flight)."""
+        self.synced.clear()
+        self._pending.clear()
+
     # ----- after the round -----------------------------------------------------------------
-    def commit(self, new_arrays: ArrayRecord, server_round: int) -> tuple[ArrayRecord, int]:
-        """The new global model (held + broadcast) and the broadcast's size in bytes."""
+    def commit(
+        self, new_arrays: ArrayRecord, server_round: int, *, keep_pending: bool = False
+    ) -> tuple[ArrayRecord, int]:
+        """The new global model (held + broadcast) and the broadcast's size in bytes.
+        `keep_pending`: messages still out will be confirmed later (asynchronous tasks in
+        flight); a round's are all answered or lost by now."""
         assert self.held is not None, "start() comes first"
         names = list(self.held)
         target = dict(zip(new_arrays.keys(), new_arrays.to_numpy_ndarrays(), strict=True))
@@ -154,7 +171,8 @@ class Downlink:
         self.version += 1
         self.broadcasts[self.version] = blob
         self._prune()
-        self._pending.clear()
+        if not keep_pending:
+            self._pending.clear()
         out = {k: Array(self.held.get(k, v)) for k, v in target.items()}
         return ArrayRecord(out), int(blob.size)
 

@@ -168,7 +168,7 @@ class Federation:
         partial_work: bool,
     ) -> tuple[RoundPlan, int]:
         """The round's plan (whom to train, with what) and how many partitions were chosen."""
-        self._start_downlink(arrays)
+        self.start_downlink(arrays)
         self.courier.begin_round(server_round, arrays)
         nodes = self._refresh(grid)
         node_of = {pid: node for node, pid in nodes.items()}
@@ -200,13 +200,27 @@ class Federation:
 
     # ----- messages out and in -------------------------------------------------------------
     def outgoing(
-        self, messages: Sequence[Message], nodes: Mapping[int, int], model: ArrayRecord
+        self,
+        messages: Sequence[Message],
+        nodes: Mapping[int, int],
+        model: ArrayRecord,
+        version: int | None = None,
     ) -> list[Message]:
         """The messages as they travel: under compression.down, the global model they carry
-        replaced per client by the broadcasts it misses."""
+        (of `version`, if not the latest) replaced per client by the broadcasts it misses."""
         if self.downlink is None:
             return list(messages)
-        return self.downlink.outgoing(messages, nodes, model)
+        return self.downlink.outgoing(messages, nodes, model, version)
+
+    def forget_clients(self) -> None:
+        """compression.down: every client gets the whole model next."""
+        if self.downlink is not None:
+            self.downlink.forget_clients()
+
+    def confirm(self, replies: Sequence[Message]) -> None:
+        """compression.down: the replying clients hold the version they were sent."""
+        if self.downlink is not None:
+            self.downlink.confirm(replies)
 
     def received(self, sent: Sequence[Message], replies: Sequence[Message]) -> UpdateTally:
         """Replies made whole, in place (the courier unpacked them on arrival; Flower's loop
@@ -214,8 +228,7 @@ class Federation:
         against the model each node was sent, and nodes that went away noted for the next
         refresh."""
         self.courier.note_gone(replies)
-        if self.downlink is not None:
-            self.downlink.confirm(replies)
+        self.confirm(replies)
         if self.compression is None:
             return UpdateTally()
         return expand_replies(self.compression, sent, replies)
@@ -241,11 +254,14 @@ class Federation:
         return False
 
     # ----- the global model ----------------------------------------------------------------
-    def commit(self, arrays: ArrayRecord, server_round: int) -> tuple[ArrayRecord, dict[str, int]]:
-        """The new global model as clients will hold it, and what its broadcast weighed."""
+    def commit(
+        self, arrays: ArrayRecord, server_round: int, *, keep_pending: bool = False
+    ) -> tuple[ArrayRecord, dict[str, int]]:
+        """The new global model as clients will hold it, and what its broadcast weighed
+        (`keep_pending`: asynchronous tasks in flight are confirmed later)."""
         if self.downlink is None:
             return arrays, {}
-        held, size = self.downlink.commit(arrays, server_round)
+        held, size = self.downlink.commit(arrays, server_round, keep_pending=keep_pending)
         shapes = [layer.shape for layer in (self.downlink.held or {}).values()]
         analytic = self.downlink.compression.analytic_bits
         return held, {
@@ -258,7 +274,8 @@ class Federation:
         """The model the server evaluates for global model `arrays`."""
         return self.downlink.evaluated(arrays) if self.downlink is not None else arrays
 
-    def _start_downlink(self, arrays: ArrayRecord) -> None:
+    def start_downlink(self, arrays: ArrayRecord) -> None:
+        """compression.down: the initial (or resumed) global model is what clients hold."""
         if self.downlink is None:
             return
         if self._downlink_state is not None:

@@ -41,11 +41,6 @@ def _is_not(value: object) -> Callable[[object], bool]:
 # What does not compose yet, and why (checked in this order; one line each)
 _REFUSED: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("privacy.name", _is_not("none"), "DP accounting assumes rounds of sampled clients"),
-    (
-        "compression.down.name",
-        _is_not("none"),
-        "its broadcasts are versioned by rounds every client answers (compression.up composes)",
-    ),
     ("client_eval.enabled", _is(True), "per-client evaluation would wait for tasks in flight"),
     (
         "evaluation.mode",
@@ -116,6 +111,7 @@ class AsynchronousStrategy(FederatedStrategy):
             timeout=float(cfg.round_timeout),
             compression=self.federation.compression,
             stragglers=self.federation.stragglers,
+            broadcasts=self.federation if self.federation.downlink is not None else None,
         )
 
     def scale(self, staleness: int) -> float:
@@ -130,6 +126,7 @@ class AsynchronousStrategy(FederatedStrategy):
     def async_step(self, grid: Grid, arrays: ArrayRecord) -> tuple[ArrayRecord, dict[str, Any]]:
         """Run until the next server step: its model and its metrics row."""
         registry = self.federation.connect(grid)
+        self.federation.start_downlink(arrays)
         timeout = float(self.experiment.round_timeout)
         return self.steps.step(
             grid, lambda gone: registry.refresh(timeout, gone), arrays, self.node_content
