@@ -2,15 +2,15 @@
 one server step per call of `step`, which the round driver calls where a synchronous strategy
 runs a round (so metrics, evaluation every N steps, checkpoints and progress are the driver's).
 
-Each free slot gets a client drawn (seeded by the task's number) from those online at the
-slot's virtual time and not training already; its message is the strategy's training message
-with the current model, `server-round` the version it starts from plus one (the seed of the
-client's randomness, as in a synchronous round). A reply's virtual finish is its start plus
-its download, compute and upload on the client's profile, from the message's content bytes
-and the steps it reports (content bytes: Flower's random message ids do not move the clock).
-A client whose session ends before it finishes, or whose reply is an error, loses its task;
-the slot frees when the task would have finished at the soonest (or at the session's end, if
-later), in virtual order. `async_loop.AsyncLoop` orders what arrives.
+Each free slot gets a client drawn (seeded by the draw's number) from those online and not
+training already (and active: stragglers.*); its message is the strategy's training message
+with the current model (under compression.down, the broadcasts its client misses),
+`server-round` the version it starts from plus one (the seed of the client's randomness, as in
+a synchronous round). When a task starts and finishes is its clock's (`async_clocks`: in
+simulation from the client's profile, the message's content bytes and the steps it reports,
+so a run is the same on any machine; on real nodes when its reply reaches the server). A task
+whose client goes offline first, or whose reply is an error, comes to nothing and frees its
+slot in turn; a node found gone is forgotten. `async_loop.AsyncLoop` orders what arrives.
 """
 
 from __future__ import annotations
