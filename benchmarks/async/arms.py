@@ -8,8 +8,8 @@ equal   100 equal devices (system=profiles, no spread), always online: every cli
 
 Arms: FedAvg synchronous (20 clients a round), FedAvg with a round deadline (drops who does not
 finish in time; phones only: with equal devices a deadline keeps all or none), FedBuff (20 in
-flight, a step every 10 updates) and FedAsync (20 in flight, a step per update). Each arm gets
-UPDATES client updates (sent tasks) and an evaluation every 40 of them.
+flight, a step every 10 updates) and FedAsync (20 in flight, a step per update). Each arm sends
+the client tasks of ROUNDS synchronous rounds (20 each) and is evaluated every 40 tasks.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import argparse
 
 from benchmarks.harness.outcome import RunSpec
 
-UPDATES = 1200  # client tasks per run, every arm
+ROUNDS = 60  # synchronous FedAvg's rounds; every arm sends 20 client tasks a round's worth
+PER_ROUND = 20  # clients a synchronous round, and in flight at once
 EVAL_UPDATES = 40  # an evaluation every this many client tasks
 COMMON = (
     "runtime=simulation",
@@ -76,7 +77,7 @@ def grid(args: argparse.Namespace) -> list[RunSpec]:
         for arm, (overrides, per_row, where) in ARMS.items():
             if setting not in where:
                 continue
-            rows = args.updates // per_row
+            rows = args.rounds * PER_ROUND // per_row
             every = max(1, EVAL_UPDATES // per_row)
             for seed in args.seeds:
                 specs.append(

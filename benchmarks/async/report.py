@@ -16,7 +16,7 @@ from benchmarks.harness.reproduce import Started
 from benchmarks.harness.seeds import mean_std, pct
 from benchmarks.harness.tables import machine_line, report_text
 
-from .arms import ARMS, COMMON, DEADLINE, EVAL_UPDATES, SETTINGS
+from .arms import ARMS, COMMON, DEADLINE, EVAL_UPDATES, PER_ROUND, SETTINGS
 
 COLORS = ("black", "tab:orange", "tab:blue", "tab:green")
 SYNC = "FedAvg (sync)"
@@ -136,8 +136,9 @@ def render(args: argparse.Namespace, outcomes: list[RunOutcome], plot: Path, at:
         f"{', '.join(map(str, args.seeds))}.",
         "",
         f"`fl-run {' '.join(COMMON)}` + the setting + the arm. Every arm sends "
-        f"{args.updates} client tasks (FedAvg: 20 a round; FedBuff: 20 in flight, a step "
-        f"every 10 updates; FedAsync: 20 in flight, a step per update; the deadline arm: "
+        f"{args.rounds * PER_ROUND} client tasks (FedAvg: {PER_ROUND} a round, {args.rounds} "
+        "rounds; FedBuff: 20 in flight, a step every 10 updates; FedAsync: 20 in flight, a "
+        "step per update; the deadline arm: "
         f"`system.round_deadline={DEADLINE}`) and is evaluated every {EVAL_UPDATES} tasks. "
         "Virtual seconds are the clock's (each client's drawn device and link, the "
         "messages' bytes, its sessions), the same on any machine; a cell is the mean ± std "

@@ -7,7 +7,9 @@ run's own metrics.csv. (The folder is named `async`, a Python keyword: its modul
 each other relatively and run with -m.)
 
     python -m benchmarks.async.run [--seeds 0 1 2] [--settings phones equal]
-        [--updates 1200] [--targets 0.8 0.85 0.9] [--notes NOTES.md]
+        [--rounds 60] [--targets 0.8 0.85 0.9] [--notes NOTES.md]
+
+--rounds are synchronous FedAvg's; every arm sends as many client tasks (20 a round).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from benchmarks.harness.execute import execute, execute_all
 from benchmarks.harness.outcome import RunOutcome, RunSpec
 from benchmarks.harness.reproduce import parsed, reproduce, reproduction_parser
 
-from .arms import SETTINGS, UPDATES, grid
+from .arms import ROUNDS, SETTINGS, grid
 from .report import render
 
 
@@ -32,9 +34,8 @@ def run_all(specs: Sequence[RunSpec], keep: Path) -> list[RunOutcome]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = reproduction_parser(__doc__, "async", 0, estimate=False)
+    parser = reproduction_parser(__doc__, "async", ROUNDS, estimate=False)
     parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
-    parser.add_argument("--updates", type=int, default=UPDATES, help="client tasks per run")
     parser.add_argument("--targets", type=float, nargs="+", default=[0.8, 0.85, 0.9])
     args = parsed(parser, argv)
     return reproduce(args, "async", grid=grid, run_all=run_all, report=render)
