@@ -122,7 +122,7 @@ def run_experiment(cfg: DictConfig) -> dict:
     print(
         f"{judged}final accuracy {_fmt(summary['final_accuracy'])} "
         f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} "
-        f"{summary.get('round_unit', 'round')}s: "
+        f"{summary.get('round_unit', 'round')}{'' if summary['rounds'] == 1 else 's'}: "
         f"{summary['wall_seconds']:.1f} s training, {clocked}"
         f"{startup.elapsed():.1f} s in all (start-up included)\n"
         f"run directory: {paths.root}{looks}",

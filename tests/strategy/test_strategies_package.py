@@ -73,6 +73,16 @@ def test_the_asynchronous_strategies_say_in_one_line_what_they_need() -> None:
             built.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)  # type: ignore[arg-type]
 
 
+def test_the_yamls_that_say_asynchronous_are_the_strategies_without_rounds() -> None:
+    """`asynchronous: true` (fl-run's progress counts server steps) marks exactly the
+    algorithms whose strategy is an AsynchronousStrategy."""
+    for path in sorted((CONF_DIR / "algorithm").glob("*.yaml")):
+        node = OmegaConf.load(path)
+        strategy = importlib.import_module(str(node.strategy._target_).rsplit(".", 1)[0])
+        cls = getattr(strategy, str(node.strategy._target_).rsplit(".", 1)[1])
+        assert bool(node.get("asynchronous")) == issubclass(cls, AsynchronousStrategy), path.name
+
+
 ROOT = README.parent
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 BORROWED = re.compile(r"((?:`\w+`(?:, | and ))*`\w+`) trains? as `(\w+)`")

@@ -54,7 +54,7 @@ class ProgressBar:
         self._offset = since  # a resumed run's log holds the earlier runs' lines before it
         self.bar = tqdm(
             total=int(cfg.num_rounds),
-            unit="round",
+            unit="step" if cfg.algorithm.get("asynchronous") else "round",
             desc=f"{cfg.algorithm.name}/{cfg.dataset.name}",
             file=sys.stderr,
             dynamic_ncols=True,
