@@ -1,0 +1,95 @@
+"""`secagg=secaggplus`: the protocol's settings, under Flower's names, and how far the securely
+summed average can be from the plain one.
+
+A client's vector v (its update) is weighted by r = round(w / max_weight * T) / T (w its
+weight, T = quantization_range), clipped to [-c, c] (c = clipping_range), quantised to
+integers with stochastic rounding (an error below one step, 2c / T), masked and summed; the
+server divides the unmasked sum by the sum of the r, which travels in the same vector. For n
+clients whose weighted vectors stay within [-c, c], each coordinate of the result is within
+
+    n (2c + max|v|) / (T sum(r))
+
+of the plain weighted average sum(w v) / sum(w): n quantisation steps and the rounding of the
+n weights, over the summed weight. The bound scales with c and with the vectors: set c to the
+size of the weighted updates, not of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flwr.server.workflow.secure_aggregation.secaggplus_workflow import SecAggPlusWorkflow
+
+
+@dataclass(frozen=True)
+class SecAggSettings:
+    """`secagg.*`: Flower's SecAgg+ settings (`SecAggPlusWorkflow`'s names and meaning).
+
+    Parameters
+    ----------
+    num_shares : Union[int, float]
+        Shares each client's secrets are split into (its neighbours and itself); a float is
+        a share of the round's clients.
+    reconstruction_threshold : Union[int, float]
+        Shares needed to rebuild a secret; a float is a share of `num_shares`.
+    clipping_range : float
+        Weighted update values are clipped to [-clipping_range, clipping_range].
+    quantization_range : int
+        Integers a clipped value is quantised into, [0, quantization_range).
+    modulus_range : int
+        Masks are drawn from [0, modulus_range): a power of 2, above quantization_range.
+    max_weight : float
+        The largest client weight (examples) expected; weights are taken over it.
+    timeout : Optional[float]
+        Seconds each stage waits for replies (None: the round's timeout).
+    """
+
+    num_shares: int | float = 1.0
+    reconstruction_threshold: int | float = 0.5
+    clipping_range: float = 8.0
+    quantization_range: int = 1 << 22
+    modulus_range: int = 1 << 32
+    max_weight: float = 1000.0
+    timeout: float | None = None
+
+    def check(self) -> None:
+        """Flower's own checks of these settings (ValueError or TypeError naming the one)."""
+        SecAggPlusWorkflow(
+            self.num_shares,
+            self.reconstruction_threshold,
+            max_weight=self.max_weight,
+            clipping_range=self.clipping_range,
+            quantization_range=self.quantization_range,
+            modulus_range=self.modulus_range,
+            timeout=self.timeout,
+        )
+
+    def shares_and_threshold(self, clients: int) -> tuple[int, int]:
+        """(shares, threshold) for a round of `clients`, as Flower's workflow sets them: a
+        fraction of the clients (made odd, at least 3 or all), at most every client."""
+        shares = self.num_shares
+        if isinstance(shares, float) or shares == 1:
+            count = round(float(shares) * clients)
+            if count < clients and count % 2 == 0:
+                count += 1
+            count = clients if count <= 2 else count
+        else:
+            count = int(shares) + (int(shares) < clients and int(shares) % 2 == 0)
+        count = min(count, clients)
+        threshold = self.reconstruction_threshold
+        if isinstance(threshold, float) or threshold == 1:
+            return count, max(round(float(threshold) * count), 2)
+        return count, int(threshold)
+
+    def weights(self, weights: Sequence[float]) -> list[float]:
+        """The r each client's weight becomes: w / max_weight rounded to 1 / T."""
+        t = self.quantization_range
+        return [round(w / self.max_weight * t) / t for w in weights]
+
+    def average_error_bound(self, weights: Sequence[float], max_abs: float) -> float:
+        """How far each coordinate of the secure average can be from the plain weighted one,
+        for these client weights and vectors of at most `max_abs` (module docstring)."""
+        r = sum(self.weights(weights))
+        n = len(weights)
+        return n * (2 * self.clipping_range + max_abs) / (self.quantization_range * r)
