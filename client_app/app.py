@@ -54,6 +54,7 @@ from client_app.local_data import (
     NodeIdentity,
     training_moments,
 )
+from client_app.secure_aggregation import is_secure, secure_train
 from client_app.sources import CONFIGURED, LoadData, Sources, own_sources
 from client_app.trainer import TrainSettings, train_locally
 from fl_system import privacy
@@ -136,6 +137,10 @@ def _client_app(sources: Sources) -> ClientApp:
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        if is_secure(msg):  # secagg=secaggplus: every stage goes through Flower's mod
+            return secure_train(
+                msg, context, functools.partial(_train_through_mods, sources=sources)
+            )
         return _train_through_mods(msg, context, sources)
 
     @app.evaluate()

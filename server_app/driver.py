@@ -28,6 +28,7 @@ from fl_system.learning import score
 from fl_system.learning.devices import evaluation_threads, resolve_device
 from fl_system.learning.evaluation import counts_for
 from fl_system.learning.own_model import build_model
+from fl_system.privacy.secagg import settings_of as secagg_settings
 from fl_system.records import run_log
 from fl_system.records.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fl_system.records.results import (
@@ -47,6 +48,7 @@ from server_app.federated.strategy import FederatedStrategy
 from server_app.federation import Federation
 from server_app.privacy import Privacy
 from server_app.rounds import NodeRefused, RoundRecord, RunFailed, grouped_reasons
+from server_app.secure_exchange import SecureExchange
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class RoundDriver:
         assert self.strategy.federation is not None
         self.federation: Federation = self.strategy.federation
         self.privacy = Privacy(self.strategy, cfg)
+        settings = secagg_settings(cfg)
+        self.secure = SecureExchange(settings) if settings is not None else None
         self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(
@@ -170,7 +174,13 @@ class RoundDriver:
             return arrays, {"round": rnd, **row}, None
         courier = self.federation.courier
         messages = self.flower.configure_train(rnd, arrays, ConfigRecord(), self.grid)
-        replies = courier.send(self.grid, messages, "train").replies
+        if self.secure is None:
+            replies = courier.send(self.grid, messages, "train").replies
+        else:
+            replies, failed = self.secure.send(courier, self.grid, messages)
+            if failed is not None:  # the model stays; the next round runs
+                log.warning("round %d: secure aggregation failed: %s; the model stays", rnd, failed)
+                return arrays, {"round": rnd, "participants": 0, "failures": len(messages)}, None
         with self.privacy.noise(rnd):
             released, _ = self.flower.aggregate_train(rnd, replies)
         record = self.strategy.last_round

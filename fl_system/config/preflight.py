@@ -21,6 +21,7 @@ from fl_system.data.node_data.schema import complete_task
 from fl_system.learning import score
 from fl_system.learning.own_model import build_model, check_model
 from fl_system.privacy import check_privacy
+from fl_system.privacy.secagg import check_secagg
 from fl_system.records.checkpoint import load_checkpoint
 from fl_system.records.run_dir import RunPaths
 from fl_system.settings.config_nodes import build
@@ -46,6 +47,7 @@ def check_parts(cfg: DictConfig) -> None:
     strategy = build_strategy(cfg)
     _check_regression(cfg, strategy)
     check_privacy(cfg, strategy)
+    check_secagg(cfg, strategy)
     _check_model_source(cfg)
     rule = build(cfg.algorithm.local_rule)
     build_client_addons(cfg)

@@ -17,9 +17,13 @@ size of the weighted updates, not of the model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from flwr.server.workflow.secure_aggregation.secaggplus_workflow import SecAggPlusWorkflow
+from omegaconf import DictConfig, OmegaConf
+
+from fl_system.settings.value_checks import ConfigError
 
 
 @dataclass(frozen=True)
@@ -93,3 +97,50 @@ class SecAggSettings:
         r = sum(self.weights(weights))
         n = len(weights)
         return n * (2 * self.clipping_range + max_abs) / (self.quantization_range * r)
+
+
+def settings_of(cfg: DictConfig) -> SecAggSettings | None:
+    """The run's `secagg.*` (None: secagg=none)."""
+    node = cfg.get("secagg")
+    if node is None or node.name == "none":
+        return None
+    given = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(given, dict)
+    return SecAggSettings(
+        **{f.name: given[f.name] for f in fields(SecAggSettings) if f.name in given}
+    )
+
+
+def check_secagg(cfg: DictConfig, strategy: Any) -> None:
+    """fl-run's check: ConfigError, one line naming why, if secure aggregation cannot run this
+    experiment (Flower's own checks of its settings included)."""
+    settings = settings_of(cfg)
+    if settings is None:
+        return
+    head = f"secagg={cfg.secagg.name}"
+    try:
+        settings.check()
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{head}: {err}") from None
+    problem = strategy.secagg_conflict()
+    if problem is not None:
+        raise ConfigError(f"{head} does not compose with algorithm={cfg.algorithm.name}: {problem}")
+    for direction in ("up", "down"):
+        if (codec := cfg.compression[direction].name) != "none":
+            raise ConfigError(
+                f"{head} does not compose with compression.{direction}={codec}: masks need "
+                "dense vectors, which SecAgg+ quantises itself"
+            )
+    if (robust := cfg.aggregation.robust.name) != "mean":
+        raise ConfigError(
+            f"{head} does not compose with aggregation.robust={robust}: the rule needs each "
+            "client's update, and the server sees only their sum"
+        )
+    if (privacy := cfg.privacy.name) != "none" and cfg.privacy.server is not None:
+        raise ConfigError(
+            f"{head} does not compose with privacy={privacy}: the server clips each client's "
+            "update, which it no longer sees (privacy=local, noise on the clients, composes)"
+        )
+    clients = int(cfg.clients_per_round or cfg.num_clients)
+    if clients < 2:
+        raise ConfigError(f"{head} needs 2 clients a round or more, got {clients}")

@@ -132,6 +132,9 @@ class AsynchronousStrategy(FederatedStrategy):
             grid, lambda gone: registry.refresh(timeout, gone), arrays, self.node_content
         )
 
+    def secagg_conflict(self) -> str | None:
+        return "it takes the clients' updates one by one as they come, and SecAgg+ sums a round's"
+
     # ----- what a synchronous loop would call -------------------------------------------------
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -1,5 +1,6 @@
-"""What differential privacy (`privacy=...`) must know of a strategy's rule: whether Flower's
-DP wrappers and mods can wrap it, and how it weighs clients under DP."""
+"""What differential privacy (`privacy=...`) and secure aggregation (`secagg=...`) must know of
+a strategy's rule: whether Flower's DP wrappers and mods can wrap it, how it weighs clients
+under DP, and whether the server can do with the sum of the clients' updates alone."""
 
 from __future__ import annotations
 
@@ -41,6 +42,23 @@ class PrivacyPolicy:
                 "calibrated to (privacy=local composes)"
             )
         return None
+
+    def secagg_conflict(self) -> str | None:
+        """Why this rule needs more than the weighted sum of its clients' updates, which is
+        all secure aggregation shows the server (None: the sum will do)."""
+        if self.extra_up is not None:
+            return (
+                f"its replies carry {self.extra_up} beside the model, and SecAgg+ sums one vector"
+            )
+        if not self.robust_aggregation:
+            return "it combines the client models by a rule of its own, not their weighted average"
+        if self.decides_from_updates is not None:
+            return f"it decides {self.decides_from_updates} from each client's update"
+        why = {
+            "gsnr": "its GSNR query sends each client's gradient statistics in the clear",
+            "disco": "Disco weighs each client by the label discrepancy it reports in the clear",
+        }
+        return next((why[a.name] for a in self.addons if a.name in why), None)
 
     def weighting_under_privacy(self) -> str | None:
         """How this run weighs clients if not uniformly under DP (None: uniformly)."""
