@@ -208,6 +208,8 @@ class RoundDriver:
             )
         publish, privacy_columns = self.privacy.release(record)
         row = {**_round_row(self.federation, rnd, record), **privacy_columns}
+        if self.secure is not None:
+            row.update(self.secure.columns)
         if not publish:
             return arrays, row, None
         return released, row, result.scored

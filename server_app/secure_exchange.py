@@ -30,6 +30,7 @@ class SecureExchange:
 
     def __init__(self, settings: SecAggSettings) -> None:
         self.settings = settings
+        self.columns: dict[str, float] = {}  # the last round's, for its metrics row
 
     def send(
         self, courier: Courier, grid: Grid, messages: list[Message]
@@ -63,10 +64,27 @@ class SecureExchange:
             return [], str(failed)
         model = _moved(received, average)
         replies = [r for n, r in masked.items() if n in run.active]
+        self.columns = self._columns(run, replies)
         for reply in replies:
             del reply.content[RECORD_KEY_CONFIGS]
             reply.content[protocol.ARRAYS] = model
         return replies + [r for r in trained if r.has_error()], None
+
+    def _columns(self, run: SecAggRound, replies: list[Message]) -> dict[str, float]:
+        """The round's SecAgg+ columns: who was summed and dropped, and how far the average
+        can be from the plain one at most, from what the server knows (the example counts
+        the clients report, and |w v| <= clipping_range)."""
+        s = self.settings
+        weights = [
+            float(r.content.metric_records[protocol.METRICS][protocol.NUM_EXAMPLES])
+            for r in replies
+        ]
+        largest = s.clipping_range / min(s.weights(weights))
+        return {
+            "secagg_summed": len(run.active),
+            "secagg_dropped": len(run.sharers - run.active),
+            "secagg_error_bound": s.average_error_bound(weights, largest),
+        }
 
     def _stage(
         self, courier: Courier, grid: Grid, asked: Mapping[int, ConfigRecord], label: str
