@@ -1,0 +1,118 @@
+"""What the server receives in a SecAgg+ round: five of this project's ClientApps (Flower's
+secaggplus_mod in front of local training) called in this process, the server's half
+(`SecureExchange`) between them through a courier that records every reply. No reply carries
+an array, no masked vector is near its client's (scaled) update, and the round's model is
+plain FedAvg's within the stated bound."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.common import bytes_to_ndarray
+from flwr.common.secure_aggregation.quantization import dequantize
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from torch import nn
+
+from client_app.app import make_client_app
+from fl_system.config.compose import compose_experiment
+from fl_system.learning.aggregation import weighted_average
+from fl_system.messages import protocol
+from fl_system.privacy.secagg import SecAggSettings, settings_of
+from fl_system.settings.config_nodes import config_to_json
+from server_app.exchange import Traffic
+from server_app.secure_exchange import SecureExchange
+
+NODES = [101, 102, 103, 104, 105]
+SIZES = [40, 25, 60, 33, 50]  # examples per client
+
+
+def _data(partition: int, _: int):
+    rng = np.random.default_rng(partition)
+    n = SIZES[partition]
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    return (x, (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0)), None
+
+
+def _model() -> nn.Module:
+    return nn.Linear(8, 3)
+
+
+class InProcess:
+    """A courier that hands each message to its node's ClientApp here, and keeps every reply
+    the server receives."""
+
+    def __init__(self, cfg_json: str) -> None:
+        self.app = make_client_app(load_data=_data, build_model=_model)
+        self.contexts = {
+            node: Context(1, node, {"partition-id": i, "num-partitions": 5}, RecordDict(), {})
+            for i, node in enumerate(NODES)
+        }
+        self.received: list[RecordDict] = []  # copies: the strategy's replies are reused
+        shake = RecordDict({protocol.CONFIG: ConfigRecord({protocol.RUN_CONFIG: cfg_json})})
+        for node, context in self.contexts.items():
+            self.app(Message(shake, dst_node_id=node, message_type=protocol.HANDSHAKE), context)
+
+    def send(self, grid: object, messages: Sequence[Message], label: str) -> Traffic:
+        replies = []
+        for message in messages:
+            reply = self.app(message, self.contexts[message.metadata.dst_node_id])
+            replies.append(reply)
+        self.received += [copy.deepcopy(r.content) for r in replies]
+        return Traffic(replies, 0, 0)
+
+
+def _training(model: ArrayRecord) -> list[Message]:
+    content = RecordDict(
+        {protocol.ARRAYS: model, protocol.CONFIG: ConfigRecord({protocol.SERVER_ROUND: 1})}
+    )
+    return [
+        Message(RecordDict(dict(content.items())), dst_node_id=n, message_type=MessageType.TRAIN)
+        for n in NODES
+    ]
+
+
+def test_the_server_receives_no_update_and_gets_fedavgs_model_within_the_bound() -> None:
+    overrides = ["dataset=app", "dataset.num_classes=3", "model=app", "num_clients=5"]
+    overrides += ["train.local_steps=3", "secagg=secaggplus", "secagg.clipping_range=0.5"]
+    cfg = compose_experiment(overrides)
+    settings = settings_of(cfg)
+    assert isinstance(settings, SecAggSettings)
+    model = ArrayRecord(_model().state_dict())
+    start = model.to_numpy_ndarrays()
+
+    plain = InProcess(config_to_json(cfg))
+    replies = plain.send(None, _training(model), "train").replies
+    trained = [r.content.array_records[protocol.ARRAYS].to_numpy_ndarrays() for r in replies]
+    updates = [[t - s for t, s in zip(m, start, strict=True)] for m in trained]
+    fedavg = weighted_average(trained, [float(n) for n in SIZES])
+
+    courier = InProcess(config_to_json(cfg))
+    secure, failed = SecureExchange(settings).send(courier, None, _training(model))  # type: ignore[arg-type]
+    assert failed is None and len(secure) == 5
+    for content in courier.received:  # every reply of every stage, as the server got it
+        assert all(len(record) == 0 for record in content.array_records.values())
+    masked = [
+        c.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS]
+        for c in courier.received
+        if Key.MASKED_PARAMETERS in c.config_records.get(RECORD_KEY_CONFIGS, {})
+    ]
+    assert len(masked) == 5
+    weights = settings.weights([float(n) for n in SIZES])
+    bound = settings.average_error_bound([float(n) for n in SIZES], 0.5)
+    for vector in masked:
+        layers = [bytes_to_ndarray(b) for b in vector][1:]  # the weight first, then the layers
+        seen = dequantize(layers, settings.clipping_range, settings.quantization_range)
+        for r, update in zip(weights, updates, strict=True):
+            gap = max(float(np.max(np.abs(s - r * u))) for s, u in zip(seen, update, strict=True))
+            assert gap > 1000 * bound, "a masked vector gives away a client's update"
+    got = secure[0].content.array_records[protocol.ARRAYS].to_numpy_ndarrays()
+    assert all(
+        np.array_equal(got[0], r.content.array_records[protocol.ARRAYS].to_numpy_ndarrays()[0])
+        for r in secure
+    )
+    for layer, want in zip(got, fedavg, strict=True):
+        assert float(np.max(np.abs(layer - want))) <= bound
+    assert secure[0].content.metric_records[protocol.METRICS][protocol.NUM_EXAMPLES] in SIZES
