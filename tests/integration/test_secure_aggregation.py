@@ -1,17 +1,24 @@
-"""secagg=secaggplus through fl-run's simulation: a round's secure average is plain FedAvg's
-within the bound the round reports, and what needs each client's update is refused in one
-line."""
+"""secagg=secaggplus through fl-run: in simulation a round's secure average is plain FedAvg's
+within the bound the round reports; on real SuperNodes (runtime=local) a node killed after
+sharing its keys is left out of the sum, or, with a threshold the survivors cannot meet, the
+round fails in one line, the model stays and the next round runs; what needs each client's
+update is refused in one line."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fl_system.records.checkpoint import load_checkpoint
+from fl_system.runtime.launch.processes import descendants
 
-from .conftest import run_cli
+from .conftest import run_cli, start_fl_run, supernode_of
 from .resumed import metrics_rows
 
 pytestmark = pytest.mark.integration
@@ -42,6 +49,53 @@ def test_a_secure_round_is_fedavgs_within_the_bound_it_reports(
         assert (
             int(row[f"bytes_up_secagg_{stage}"]) > 0 and int(row[f"bytes_down_secagg_{stage}"]) > 0
         )
+
+
+@pytest.mark.parametrize(
+    ("threshold", "summed", "line"),
+    [
+        ("0.5", "4", None),  # 3 of 5 shares rebuild a secret: 4 survivors do
+        ("1.0", "0", "round 1: secure aggregation failed: after training, 4 of 5 clients are"),
+    ],
+)
+def test_a_node_killed_after_sharing_its_keys_is_left_out_or_fails_the_round(
+    threshold: str, summed: str, line: str | None, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """runtime=local, 5 SuperNodes; partition 4 trains slowly (clients.slow) and is SIGKILLed
+    when its third message of round 1 (the training, after setup and key sharing) arrives.
+    The other four are summed and its masks removed; or, when every share is needed, the
+    round fails, the model stays, and round 2 (the node restarted) sums all five."""
+    run_dir, log4 = tmp_path / "run", tmp_path / "run" / "logs" / "supernode-4.log"
+    args = [*BASE, "runtime=local", "num_clients=5", "num_rounds=2", "secagg=secaggplus"]
+    args += [f"secagg.reconstruction_threshold={threshold}", "clients.slow.ids=[4]"]
+    args += ["clients.slow.seconds_per_step=0.4", "round_timeout=120"]
+    proc = start_fl_run(
+        [*args, f"hydra.run.dir={run_dir}"],
+        cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not log4.exists() or log4.read_text().count("Receiving: train message") < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "round 1 never trained"
+            time.sleep(0.02)
+        node = supernode_of(4, descendants(proc.pid))
+        assert node is not None
+        os.kill(node, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    first, second = metrics_rows(run_dir)
+    assert first["participants"] == summed and second["participants"] == "5"
+    said = (run_dir / "logs" / "serverapp.log").read_text()
+    if line is None:
+        assert (first["secagg_summed"], first["secagg_dropped"]) == ("4", "1")
+    else:
+        assert line in said and "the model stays" in said
+        assert second["secagg_summed"] == "5"
 
 
 @pytest.mark.parametrize(
