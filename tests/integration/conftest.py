@@ -280,3 +280,24 @@ def supernode_of(partition: int, pids: set[int]) -> int | None:
         ):
             return pid
     return None
+
+
+def kill_a_supernode_mid_run(
+    args: list[str], env: dict[str, str], partition: int, ready: Callable[[], bool]
+) -> tuple[int, str]:
+    """fl-run with `args`; once `ready()`, SIGKILL the fl-supernode of `partition`; fl-run's
+    exit code and output."""
+    proc = start_fl_run(args, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never got there"
+            time.sleep(0.02)
+        node = supernode_of(partition, descendants(proc.pid))
+        assert node is not None
+        os.kill(node, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output

@@ -5,19 +5,15 @@ slow ones and a killed node replaced; and one line for what is refused."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from fl_system.records.checkpoint import load_checkpoint
-from fl_system.runtime.launch.processes import descendants
 
-from .conftest import MLP_BYTES, run_cli, start_fl_run, supernode_of
+from .conftest import MLP_BYTES, kill_a_supernode_mid_run, run_cli
 from .resumed import assert_same_end, history, metrics_rows
 
 pytestmark = pytest.mark.integration
@@ -228,28 +224,18 @@ def test_on_real_nodes_fedbuff_keeps_fast_nodes_busy_and_replaces_a_killed_one(
     result = run_cli([*args, "num_rounds=3", f"hydra.run.dir={sync_dir}"], cli_env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     fedbuff = [*args, "algorithm=fedbuff", "async.concurrency=6", "async.buffer_size=3"]
-    proc = start_fl_run(
-        [*fedbuff, "num_rounds=40", f"hydra.run.dir={async_dir}"],
-        cli_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not (async_dir / "metrics.csv").exists() or len(metrics_rows(async_dir)) < 5:
-            assert proc.poll() is None and time.monotonic() < deadline, "no 5 steps"
-            time.sleep(0.05)
-        node = supernode_of(0, descendants(proc.pid))
-        assert node is not None
-        before = _tasks(async_dir, 0)
-        os.kill(node, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output[-3000:]
+    before: list[int] = []
+
+    def five_steps() -> bool:  # then partition 0's tasks so far are counted
+        done = (async_dir / "metrics.csv").exists() and len(metrics_rows(async_dir)) >= 5
+        before.extend([_tasks(async_dir, 0)] if done else [])
+        return done
+
+    args = [*fedbuff, "num_rounds=40", f"hydra.run.dir={async_dir}"]
+    code, output = kill_a_supernode_mid_run(args, cli_env, 0, five_steps)
+    assert code == 0, output[-3000:]
     assert "supernode 0 exited with code -9; started again" in output
-    assert _tasks(async_dir, 0) > before, "the restarted node 0 trained no task"
+    assert _tasks(async_dir, 0) > before[0], "the restarted node 0 trained no task"
     rows = metrics_rows(async_dir)
     assert len(rows) == 40 and sum(int(r["failures"]) for r in rows) >= 1
     clock = [float(r["wall_clock"]) for r in rows]

@@ -6,19 +6,14 @@ update is refused in one line."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fl_system.records.checkpoint import load_checkpoint
-from fl_system.runtime.launch.processes import descendants
 
-from .conftest import run_cli, start_fl_run, supernode_of
+from .conftest import kill_a_supernode_mid_run, run_cli
 from .resumed import metrics_rows
 
 pytestmark = pytest.mark.integration
@@ -69,25 +64,13 @@ def test_a_node_killed_after_sharing_its_keys_is_left_out_or_fails_the_round(
     args = [*BASE, "runtime=local", "num_clients=5", "num_rounds=2", "secagg=secaggplus"]
     args += [f"secagg.reconstruction_threshold={threshold}", "clients.slow.ids=[4]"]
     args += ["clients.slow.seconds_per_step=0.4", "round_timeout=120"]
-    proc = start_fl_run(
-        [*args, f"hydra.run.dir={run_dir}"],
-        cli_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not log4.exists() or log4.read_text().count("Receiving: train message") < 3:
-            assert proc.poll() is None and time.monotonic() < deadline, "round 1 never trained"
-            time.sleep(0.02)
-        node = supernode_of(4, descendants(proc.pid))
-        assert node is not None
-        os.kill(node, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output[-3000:]
+    args.append(f"hydra.run.dir={run_dir}")
+
+    def training() -> bool:  # round 1's third message to partition 4 has arrived
+        return log4.exists() and log4.read_text().count("Receiving: train message") >= 3
+
+    code, output = kill_a_supernode_mid_run(args, cli_env, 4, training)
+    assert code == 0, output[-3000:]
     first, second = metrics_rows(run_dir)
     assert first["participants"] == summed and second["participants"] == "5"
     said = (run_dir / "logs" / "serverapp.log").read_text()
