@@ -120,6 +120,9 @@ def watch_supervisor(pid: int, interval: float = SUPERVISOR_POLL_SECONDS) -> Non
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
+SEND_SECONDS = 5.0  # how long a wake-up waits for room in the launcher's queue
+
+
 class SharedLauncher:
     """The launcher every SuperNode of a local federation shares (fl-run started it): woken
     by a datagram with this node's pid and Runtime API address, which also introduces the
@@ -131,12 +134,17 @@ class SharedLauncher:
         self.socket_path = socket_path
         self.hello = f"{os.getpid()} {address}".encode()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.setblocking(False)
+        # A full queue (net.unix.max_dgram_qlen, 10 by default: twenty nodes starting at
+        # once, or their first messages arriving together) makes the send wait for room; a
+        # non-blocking send dropped the datagram, and a node never introduced was never
+        # polled: its handshake waited for ever.
+        self.sock.settimeout(SEND_SECONDS)
         self.notify()  # introduce this node (a message sent at start-up is claimed at once)
 
     def notify(self) -> None:
-        # OSError: the launcher is not there (yet, or any more); its fallback poll and the
-        # next notification cover the first case, fl-run the second
+        # OSError: the launcher is not there (yet, or any more), or too busy to read; its
+        # fallback poll (for a node it knows) and the next notification cover the first,
+        # fl-run the second
         with contextlib.suppress(OSError):
             self.sock.sendto(self.hello, self.socket_path)
 
