@@ -120,13 +120,20 @@ def watch_supervisor(pid: int, interval: float = SUPERVISOR_POLL_SECONDS) -> Non
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
-SEND_SECONDS = 5.0  # how long a wake-up waits for room in the launcher's queue
+INTRODUCE_RETRY_SECONDS = 0.2  # how soon a node retries introducing itself (no launcher yet)
 
 
 class SharedLauncher:
     """The launcher every SuperNode of a local federation shares (fl-run started it): woken
     by a datagram with this node's pid and Runtime API address, which also introduces the
-    node. If it dies, fl-run ends the run; this node only stops calling it."""
+    node. If it dies, fl-run ends the run; this node only stops calling it.
+
+    The introduction must arrive: the launcher polls only nodes it knows, so a node whose
+    introduction was dropped was never served (its handshake waited for ever). A thread
+    sends it, waiting for the launcher's socket and for room in its queue
+    (net.unix.max_dgram_qlen, 10 by default; fifty nodes starting while the launcher forks
+    is more). The wake-ups after it may be dropped: the launcher's fallback poll serves a
+    node it knows."""
 
     died = False
 
@@ -134,21 +141,32 @@ class SharedLauncher:
         self.socket_path = socket_path
         self.hello = f"{os.getpid()} {address}".encode()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        # A full queue (net.unix.max_dgram_qlen, 10 by default: twenty nodes starting at
-        # once, or their first messages arriving together) makes the send wait for room; a
-        # non-blocking send dropped the datagram, and a node never introduced was never
-        # polled: its handshake waited for ever.
-        self.sock.settimeout(SEND_SECONDS)
-        self.notify()  # introduce this node (a message sent at start-up is claimed at once)
+        self.sock.setblocking(False)
+        self.introduced = threading.Event()
+        self._closed = threading.Event()
+        introduce = threading.Thread(target=self._introduce, name="introduction", daemon=True)
+        introduce.start()
+
+    def _introduce(self) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:  # blocks for room
+            while not self._closed.is_set():
+                try:
+                    sock.sendto(self.hello, self.socket_path)
+                except OSError:  # the launcher's socket is not there yet
+                    self._closed.wait(INTRODUCE_RETRY_SECONDS)
+                    continue
+                self.introduced.set()
+                return
 
     def notify(self) -> None:
-        # OSError: the launcher is not there (yet, or any more), or too busy to read; its
+        # OSError: the launcher is not there (yet, or any more), or its queue is full; its
         # fallback poll (for a node it knows) and the next notification cover the first,
         # fl-run the second
         with contextlib.suppress(OSError):
             self.sock.sendto(self.hello, self.socket_path)
 
     def stop(self) -> None:
+        self._closed.set()
         self.sock.close()
 
 
