@@ -22,6 +22,7 @@ from flwr.serverapp import Grid
 from fl_system.messages import protocol
 from fl_system.privacy.secagg import SecAggSettings
 from server_app.exchange import Courier
+from server_app.rounds import RunFailed
 from server_app.secure_aggregation import SecAggFailed, SecAggRound
 
 
@@ -41,6 +42,10 @@ class SecureExchange:
             return [], None
         nodes = [m.metadata.dst_node_id for m in messages]
         received = messages[0].content.array_records[protocol.ARRAYS]  # before it is packed
+        if any(m.content.array_records.get(protocol.ARRAYS) is not received for m in messages):
+            raise RunFailed(
+                "secure aggregation sums updates from one model: this round sent several"
+            )
         try:
             run = SecAggRound(self.settings, nodes)
             keys = self._stage(courier, grid, run.setup(), "secagg_setup")
@@ -51,7 +56,7 @@ class SecureExchange:
                 if node in forwarded:
                     message.content[RECORD_KEY_CONFIGS] = forwarded[node]
             sent = [m for m in messages if m.metadata.dst_node_id in forwarded]
-            trained = courier.send(grid, sent, "train").replies
+            trained = courier.send(grid, sent, "train", timeout=self.settings.timeout).replies
             masked = {
                 r.metadata.src_node_id: r
                 for r in trained
@@ -94,7 +99,7 @@ class SecureExchange:
             Message(RecordDict({RECORD_KEY_CONFIGS: cfg}), node, MessageType.TRAIN)
             for node, cfg in asked.items()
         ]
-        replies = courier.send(grid, messages, label).replies
+        replies = courier.send(grid, messages, label, timeout=self.settings.timeout).replies
         return {
             r.metadata.src_node_id: r.content.config_records[RECORD_KEY_CONFIGS]
             for r in replies

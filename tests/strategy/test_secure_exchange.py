@@ -10,6 +10,7 @@ import copy
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.quantization import dequantize
@@ -23,6 +24,7 @@ from fl_system.messages import protocol
 from fl_system.privacy.secagg import SecAggSettings, settings_of
 from fl_system.settings.config_nodes import config_to_json
 from server_app.exchange import Traffic
+from server_app.rounds import RunFailed
 from server_app.secure_exchange import SecureExchange
 
 NODES = [101, 102, 103, 104, 105]
@@ -55,7 +57,9 @@ class InProcess:
         for node, context in self.contexts.items():
             self.app(Message(shake, dst_node_id=node, message_type=protocol.HANDSHAKE), context)
 
-    def send(self, grid: object, messages: Sequence[Message], label: str) -> Traffic:
+    def send(
+        self, grid: object, messages: Sequence[Message], label: str, *, timeout: float | None = None
+    ) -> Traffic:
         replies = []
         for message in messages:
             reply = self.app(message, self.contexts[message.metadata.dst_node_id])
@@ -116,3 +120,12 @@ def test_the_server_receives_no_update_and_gets_fedavgs_model_within_the_bound()
     for layer, want in zip(got, fedavg, strict=True):
         assert float(np.max(np.abs(layer - want))) <= bound
     assert secure[0].content.metric_records[protocol.METRICS][protocol.NUM_EXAMPLES] in SIZES
+
+
+def test_a_round_that_sends_clients_different_models_is_refused() -> None:
+    """The sum of updates means something only from one model (a strategy that sends each
+    client its own copy is refused before any stage is sent)."""
+    messages = _training(ArrayRecord(_model().state_dict()))
+    messages[1].content[protocol.ARRAYS] = ArrayRecord(_model().state_dict())
+    with pytest.raises(RunFailed, match="sums updates from one model: this round sent several"):
+        SecureExchange(SecAggSettings()).send(None, None, messages)  # type: ignore[arg-type]
