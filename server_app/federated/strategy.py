@@ -51,6 +51,7 @@ from server_app.rounds import (
     RoundRecord,
     RoundResult,
     RoundSteps,
+    RunFailed,
 )
 
 log = logging.getLogger(__name__)
@@ -255,7 +256,13 @@ class FederatedStrategy(
 
     def start(self, grid: Grid, *args: Any, **kwargs: Any) -> Result:
         """Flower's `Strategy.start`, its replies pulled as they arrive (`QuickGrid`): Flower's
-        grid would wait 3 s between pulls."""
+        grid would wait 3 s between pulls. Secure aggregation is fl-run's exchange, not
+        Flower's loop: refused here rather than trained in the clear."""
+        if (secagg := OmegaConf.select(self.experiment, "secagg.name")) not in (None, "none"):
+            raise RunFailed(
+                f"secagg={secagg} runs in fl-run's rounds: Flower's Strategy.start would send "
+                "every update in the clear"
+            )
         return super().start(QuickGrid(grid), *args, **kwargs)
 
     def connect(self, grid: Grid, **kwargs: object) -> None:

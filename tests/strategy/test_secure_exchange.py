@@ -26,6 +26,7 @@ from fl_system.settings.config_nodes import config_to_json
 from server_app.exchange import Traffic
 from server_app.rounds import RunFailed
 from server_app.secure_exchange import SecureExchange
+from server_app.strategies.fedavg import FedAvg
 
 NODES = [101, 102, 103, 104, 105]
 SIZES = [40, 25, 60, 33, 50]  # examples per client
@@ -129,3 +130,11 @@ def test_a_round_that_sends_clients_different_models_is_refused() -> None:
     messages[1].content[protocol.ARRAYS] = ArrayRecord(_model().state_dict())
     with pytest.raises(RunFailed, match="sums updates from one model: this round sent several"):
         SecureExchange(SecAggSettings()).send(None, None, messages)  # type: ignore[arg-type]
+
+
+def test_flowers_own_loop_refuses_a_secure_experiment() -> None:
+    """In a Flower app of one's own, Strategy.start is Flower's loop, which would send every
+    update in the clear: a strategy whose experiment asks for SecAgg+ refuses it."""
+    strategy = FedAvg(experiment=["secagg=secaggplus", "num_clients=3"])
+    with pytest.raises(RunFailed, match=r"secagg=secaggplus runs in fl-run's rounds: Flower's"):
+        strategy.start(None)  # type: ignore[arg-type]
