@@ -87,10 +87,17 @@ def test_the_unmasked_average_is_the_weighted_average_within_the_bound(scale: fl
         assert bound < 1e-3 * scale  # and the bound is tight enough to mean something
 
 
-def test_a_client_dropped_after_sharing_its_keys_is_left_out_of_the_sum() -> None:
+@pytest.mark.parametrize(("shares", "threshold"), [(1.0, 0.6), (3, 2)])
+def test_a_client_dropped_after_sharing_its_keys_is_left_out_of_the_sum(
+    shares: float, threshold: float
+) -> None:
     """Node 55 shares its keys, then trains no more: the others' pairwise masks with it are
-    removed from its reconstructed key, and the result is the other four's average."""
-    settings = SecAggSettings(clipping_range=0.1, reconstruction_threshold=0.6)
+    removed from its reconstructed key, and the result is the other four's average; with
+    every node a neighbour of every other, and with 3 shares (each node and two neighbours:
+    SecAgg+'s sparse graph)."""
+    settings = SecAggSettings(
+        clipping_range=0.1, num_shares=shares, reconstruction_threshold=threshold
+    )
     vectors = _vectors(1.0, seed=1)
     average, _ = _run(settings, {n: Client(n, v) for n, v in vectors.items()}, {55: "collect"})
     kept = NODES[:4]
