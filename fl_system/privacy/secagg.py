@@ -141,6 +141,11 @@ def check_secagg(cfg: DictConfig, strategy: Any) -> None:
             f"{head} does not compose with privacy={privacy}: the server clips each client's "
             "update, which it no longer sees (privacy=local, noise on the clients, composes)"
         )
+    if (system := cfg.system.name) != "none":
+        raise ConfigError(
+            f"{head} does not compose with system={system} yet: the virtual clock decides which "
+            "replies count (deadlines, sessions) after the secure sum has counted them all"
+        )
     clients = int(cfg.clients_per_round or cfg.num_clients)
     if clients < 2:
         raise ConfigError(f"{head} needs 2 clients a round or more, got {clients}")

@@ -96,6 +96,7 @@ def test_a_node_killed_after_sharing_its_keys_is_left_out_or_fails_the_round(
         (["compression.up=st"], "compression.up=st: masks need dense vectors"),
         (["privacy=central_fixed"], "privacy=central_fixed: the server clips each client's"),
         (["clients_per_round=1"], "needs 2 clients a round or more, got 1"),
+        (["system=mobile"], "secagg=secaggplus does not compose with system=mobile yet"),
         (["secagg.modulus_range=1000"], "secagg=secaggplus: `modulus_range` must be"),
     ],
 )
