@@ -13,7 +13,7 @@ from pathlib import Path
 from benchmarks.harness.outcome import RunOutcome
 from benchmarks.harness.plots import Curve, Panel, write_curves
 from benchmarks.harness.reproduce import Started
-from benchmarks.harness.seeds import mean_std, pct
+from benchmarks.harness.seeds import pct, reached_cell
 from benchmarks.harness.tables import machine_line, report_text
 
 from .arms import ARMS, COMMON, DEADLINE, EVAL_UPDATES, PER_ROUND, SETTINGS
@@ -54,16 +54,6 @@ def _reached(o: RunOutcome, target: float) -> tuple[float, float, int] | None:
     return None
 
 
-def _cell(values: Sequence[float | None], fmt: str) -> str:
-    """Mean ± std over the seeds that reached it, and how many did."""
-    got = [v for v in values if v is not None]
-    if not got:
-        return "never"
-    mean, std = mean_std(got)
-    tail = "" if len(got) == len(values) else f" ({len(got)}/{len(values)} seeds)"
-    return f"{mean:{fmt}} ± {std:{fmt}}{tail}"
-
-
 def _mean_time(runs: Sequence[RunOutcome], target: float) -> float | None:
     """Mean virtual seconds to `target`; None unless every seed reached it."""
     times = [_reached(o, target) for o in runs]
@@ -95,16 +85,15 @@ def setting_section(
             continue
         reached = [_reached(o, middle) for o in runs]
         times = " | ".join(
-            _cell([(r[0] if r else None) for r in (_reached(o, t) for o in runs)], ",.1f")
+            reached_cell([(r[0] if r else None) for r in (_reached(o, t) for o in runs)], ",.1f")
             for t in args.targets
         )
         final = pct([statistics.fmean(o.accuracies[-3:]) for o in runs])
         time = _mean_time(runs, middle)
         speed = f"{sync_time / time:.2f}x" if sync_time and time else "n/a"
-        lines.append(
-            f"| {arm} | {final} | {times} | {_cell([r[1] if r else None for r in reached], ',.1f')}"
-            f" | {_cell([r[2] if r else None for r in reached], ',.0f')} | {speed} |"
-        )
+        megabytes = reached_cell([r[1] if r else None for r in reached], ",.1f")
+        applied = reached_cell([r[2] if r else None for r in reached], ",.0f")
+        lines.append(f"| {arm} | {final} | {times} | {megabytes} | {applied} | {speed} |")
     return lines
 
 

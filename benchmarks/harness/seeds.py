@@ -9,7 +9,15 @@ from collections.abc import Sequence
 
 from fl_system.records.seed_stats import mean_std, pct
 
-__all__ = ["difference", "geometric_mean", "mean_std", "pct", "ratio", "significance"]
+__all__ = [
+    "difference",
+    "geometric_mean",
+    "mean_std",
+    "pct",
+    "ratio",
+    "reached_cell",
+    "significance",
+]
 
 
 def difference(a: float | None, b: float | None) -> float | None:
@@ -35,3 +43,14 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def reached_cell(values: Sequence[float | None], fmt: str) -> str:
+    """Mean ± std (in `fmt`) over the seeds that reached something (None: did not), and how
+    many did; "never" if none did."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return "never"
+    mean, std = mean_std(got)
+    tail = "" if len(got) == len(values) else f" ({len(got)}/{len(values)} seeds)"
+    return f"{mean:{fmt}} ± {std:{fmt}}{tail}"

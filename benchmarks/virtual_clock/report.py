@@ -12,7 +12,7 @@ from pathlib import Path
 from benchmarks.harness.outcome import RunOutcome
 from benchmarks.harness.plots import Curve, Panel, write_curves
 from benchmarks.harness.reproduce import Started
-from benchmarks.harness.seeds import mean_std, pct
+from benchmarks.harness.seeds import mean_std, pct, reached_cell
 from benchmarks.harness.tables import machine_line, report_text
 from benchmarks.virtual_clock.arms import (
     DEADLINE_ARMS,
@@ -52,12 +52,7 @@ def _column_mean(o: RunOutcome, column: str) -> float:
 
 def _seconds(values: Sequence[float | None]) -> str:
     """Mean ± std over the seeds that reached it, and how many did."""
-    reached = [v for v in values if v is not None]
-    if not reached:
-        return "never"
-    mean, std = mean_std(reached)
-    tail = "" if len(reached) == len(values) else f" ({len(reached)}/{len(values)} seeds)"
-    return f"{mean:,.0f} ± {std:,.0f}{tail}"
+    return reached_cell(values, ",.0f")
 
 
 def _mean_time(runs: Sequence[RunOutcome], target: float) -> float | None:

@@ -23,6 +23,26 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from fl_system.learning.aggregation import normalized
+from fl_system.learning.robust import Layers
+
+
+def _checked_buffer(
+    models: Sequence[Layers],
+    starts: Sequence[Layers | None],
+    weights: Sequence[float],
+    scales: Sequence[float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The buffer's weights and staleness scales as arrays, once it is whole: one model,
+    start, weight and scale per update, the scales finite and >= 0."""
+    if not len(models) == len(starts) == len(weights) == len(scales) or not models:
+        raise ValueError(
+            f"{len(models)} models, {len(starts)} starts, {len(weights)} weights and "
+            f"{len(scales)} staleness scales: one of each per buffered update"
+        )
+    s = np.asarray(scales, dtype=np.float64)
+    if not np.all(np.isfinite(s)) or np.any(s < 0):
+        raise ValueError(f"staleness scales must be finite and >= 0, got {s.tolist()}")
+    return np.asarray(weights, dtype=np.float64), s
 
 
 def fedbuff_step(
@@ -35,15 +55,7 @@ def fedbuff_step(
 ) -> list[np.ndarray]:
     """x+ from the current model x, the buffered models y_i, the model each started from
     (None: x itself), their weights p_i (normalised here) and staleness scales s_i."""
-    if not len(models) == len(starts) == len(weights) == len(scales) or not models:
-        raise ValueError(
-            f"{len(models)} models, {len(starts)} starts, {len(weights)} weights and "
-            f"{len(scales)} staleness scales: one of each per buffered update"
-        )
-    w = np.asarray(weights, dtype=np.float64)
-    s = np.asarray(scales, dtype=np.float64)
-    if not np.all(np.isfinite(s)) or np.any(s < 0):
-        raise ValueError(f"staleness scales must be finite and >= 0, got {s.tolist()}")
+    w, s = _checked_buffer(models, starts, weights, scales)
     coefficients = eta * s * normalized(w)
     rest = 1.0 - eta * float((s * w).sum() / w.sum())
     out: list[np.ndarray] = []
@@ -64,7 +76,6 @@ def fedbuff_step(
     return out
 
 
-Layers = Sequence[np.ndarray]
 Combine = Callable[[Sequence[Layers], Sequence[Layers], np.ndarray], list[np.ndarray]]
 
 
@@ -82,8 +93,7 @@ def robust_fedbuff_step(
     rule combines the z_i (their reference: x) with the p_i, and the server steps
     x+ = x + eta (combine(z) - x). With the weighted mean this is `fedbuff_step`'s
     x + eta sum_i p_i s_i (y_i - x_tau_i); a median or a clip bounds what one update does."""
-    if not len(models) == len(starts) == len(weights) == len(scales) or not models:
-        raise ValueError("one model, start, weight and staleness scale per buffered update")
+    _checked_buffer(models, starts, weights, scales)
     floating = [np.issubdtype(x.dtype, np.floating) for x in current]
     moved = [
         [
