@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fl_system.records.checkpoint import checkpoint_round
 from fl_system.records.results import MetricsLog
 from fl_system.runtime.launch.processes import alive, descendants
 from fl_system.runtime.launch.submit import CONNECTION, Connection, write_flwr_home
@@ -55,12 +56,11 @@ def _lose_the_superlink(
     """The SuperLink stops mid-run (its ServerApp with it): fl-run says so, with the rounds
     saved and the resume command, and leaves failure.txt saying the same."""
     run_dir = tmp_path / "superlink-lost"
-    metrics = run_dir / "metrics.csv"
     args = [*QUICK, "num_rounds=500", *federation.remote_args(), f"hydra.run.dir={run_dir}"]
     run = start_fl_run(args, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240
-        while not (metrics.exists() and len(MetricsLog(metrics).rows()) >= 1):
+        while not checkpoint_round(run_dir / "checkpoint.npz"):  # a round is saved
             assert run.poll() is None and time.monotonic() < deadline, _logs_tail(tmp_path)
             time.sleep(0.2)
         superlink = federation.procs.procs[0][1]
