@@ -139,7 +139,11 @@ def _client_app(sources: Sources) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         if is_secure(msg):  # secagg=secaggplus: every stage goes through Flower's mod
             return secure_train(
-                msg, context, functools.partial(_train_through_mods, sources=sources)
+                msg,
+                context,
+                functools.partial(_train_through_mods, sources=sources),
+                functools.partial(_weighing, sources=sources),
+                functools.partial(_summand, sources=sources),
             )
         return _train_through_mods(msg, context, sources)
 
@@ -203,6 +207,33 @@ def _ask(got: Incoming, msg: Message) -> Message:
         {**identity, **content.metric_records.get(protocol.METRICS, {})}
     )
     return _reply(content, msg)
+
+
+def _weighing(msg: Message, context: Context, sources: Sources) -> MetricRecord:
+    """What the server weighs this client by before it trains (SecAgg+'s setup): its
+    examples and the hooks' weighing metrics, against the round's config the setup carries."""
+    config_json = run_config(context)
+    node = NodeIdentity.from_context(context)
+    data = sources.training(config_from_json(config_json), node)
+    config = msg.content.config_records[protocol.CONFIG]
+    metrics = MetricRecord(
+        {protocol.PARTITION_ID: node.partition_id, protocol.NUM_EXAMPLES: len(data[1])}
+    )
+    for hook in _hooks(config_json):
+        metrics.update(hook.weighing_metrics(data, config))
+    return metrics
+
+
+def _summand(msg: Message, context: Context, sources: Sources) -> np.ndarray:
+    """This client's term of the secure sum the message names (the add-on's that sums it)."""
+    config_json = run_config(context)
+    name = str(msg.content.config_records[protocol.CONFIG][protocol.SECURE_SUM])
+    hook = next((h for h in _addons(config_json) if h.summed == name), None)
+    if hook is None:
+        raise ValueError(f"this run's client contributes to no secure sum '{name}'")
+    return hook.summand(
+        sources.training(config_from_json(config_json), NodeIdentity.from_context(context))
+    )
 
 
 @functools.lru_cache(maxsize=2)

@@ -5,8 +5,11 @@ configs record; the mod answers setup, key sharing and unmasking itself, and at 
 collection it calls local training, then quantises, masks and sends [w, w * v] in place of
 the model (every array of the reply cleared). What the mod reads is Flower's legacy `FitRes`
 layout; `_as_fitres` turns this project's reply into it: v is the update (the trained model
-less the model received, float layers), w the reply's example count. The reply's metrics
-(examples, loss, partition) travel as they are.
+less the model received, float layers), w the weight the server fixed at setup (from what
+this client reported there: `weighing`). The reply's metrics (examples, loss, partition)
+travel as they are. A message naming a secure sum (`protocol.SECURE_SUM`) is answered with
+this client's term of it (`summand`) instead of training, weighed max_weight (r = 1), so
+that the server's average times the number of clients summed is the plain sum.
 """
 
 from __future__ import annotations
@@ -15,15 +18,22 @@ import functools
 from collections.abc import Callable
 
 import numpy as np
-from flwr.app import Context, Message
+from flwr.app import Context, Message, MetricRecord
 from flwr.client.mod import secaggplus_mod
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.common.secure_aggregation.secaggplus_constants import (
+    RECORD_KEY_CONFIGS,
+    RECORD_KEY_STATE,
+    Key,
+    Stage,
+)
 from flwr.compat.common import recorddict_compat as compat
 
 from fl_system.messages import protocol, wire
 
 Train = Callable[[Message, Context], Message]
+Weighing = Callable[[Message, Context], MetricRecord]  # what the server weighs a client by
+Summand = Callable[[Message, Context], np.ndarray]  # this client's term of a secure sum
 
 
 def is_secure(msg: Message) -> bool:
@@ -31,12 +41,33 @@ def is_secure(msg: Message) -> bool:
     return RECORD_KEY_CONFIGS in msg.content.config_records
 
 
-def secure_train(msg: Message, context: Context, train: Train) -> Message:
-    """One SecAgg+ stage: the mod's, with `train` as the masked collection's training."""
-    return secaggplus_mod(msg, context, functools.partial(_as_fitres, train=train))
+def secure_train(
+    msg: Message, context: Context, train: Train, weighing: Weighing, summand: Summand
+) -> Message:
+    """One SecAgg+ stage: the mod's, with `train` (or `summand`) as the masked collection's
+    work; the setup's reply also carries `weighing`'s metrics."""
+    stage = msg.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]  # the mod pops it
+    collect = functools.partial(_as_fitres, train=train, summand=summand)
+    reply = secaggplus_mod(msg, context, collect)
+    if stage == Stage.SETUP and not reply.has_error():
+        reply.content[protocol.METRICS] = weighing(msg, context)
+    return reply
 
 
-def _as_fitres(msg: Message, context: Context, train: Train) -> Message:
+def _as_fitres(msg: Message, context: Context, train: Train, summand: Summand) -> Message:
+    config = msg.content.config_records[protocol.CONFIG]
+    if protocol.SECURE_SUM in config:  # weighed max_weight: its average times n is the sum
+        state = context.state.config_records[RECORD_KEY_STATE]
+        most, clip = float(state["max_weight"]), float(state["clipping_range"])
+        term = summand(msg, context)
+        if np.abs(term).max(initial=0.0) > clip * most:
+            raise ValueError(
+                f"this client's term of the secure sum '{config[protocol.SECURE_SUM]}' reaches "
+                f"{np.abs(term).max():g}, above secagg.clipping_range x secagg.max_weight "
+                f"({clip:g} x {most:g}): raise secagg.max_weight"
+            )
+        return _fitres_reply(msg, [term / most], most, MetricRecord())
+    weight = float(config[protocol.SECAGG_WEIGHT])
     reply = train(msg, context)
     if reply.has_error():
         return reply
@@ -47,13 +78,14 @@ def _as_fitres(msg: Message, context: Context, train: Train) -> Message:
         (t - r).astype(np.float64) if np.issubdtype(t.dtype, np.floating) else np.zeros(t.shape)
         for t, r in zip(trained.to_numpy_ndarrays(), received.to_numpy_ndarrays(), strict=True)
     ]
-    metrics = content.metric_records[protocol.METRICS]
-    fitres = FitRes(
-        Status(Code.OK, ""),
-        ndarrays_to_parameters(update),
-        int(metrics[protocol.NUM_EXAMPLES]),
-        {},
-    )
+    return _fitres_reply(msg, update, weight, content.metric_records[protocol.METRICS])
+
+
+def _fitres_reply(
+    msg: Message, vector: list[np.ndarray], weight: float, metrics: MetricRecord
+) -> Message:
+    """The reply in Flower's `FitRes` layout, which the mod reads: [w, w * v] to mask."""
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), weight, {})  # type: ignore[arg-type]
     out = compat.fitres_to_recorddict(fitres, keep_input=False)
     out[protocol.METRICS] = metrics
     return Message(out, reply_to=msg)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,6 +28,7 @@ from fl_system.learning import score
 from fl_system.learning.devices import evaluation_threads, resolve_device
 from fl_system.learning.evaluation import counts_for
 from fl_system.learning.own_model import build_model
+from fl_system.messages import protocol
 from fl_system.privacy.secagg import settings_of as secagg_settings
 from fl_system.records import run_log
 from fl_system.records.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -48,6 +49,7 @@ from server_app.federated.strategy import FederatedStrategy
 from server_app.federation import Federation
 from server_app.privacy import Privacy
 from server_app.rounds import NodeRefused, RoundRecord, RunFailed, grouped_reasons
+from server_app.secure_aggregation import SecAggFailed
 from server_app.secure_exchange import SecureExchange
 
 log = logging.getLogger(__name__)
@@ -173,11 +175,14 @@ class RoundDriver:
             row["bytes_down"] += down
             return arrays, {"round": rnd, **row}, None
         courier = self.federation.courier
+        if self.secure is not None:
+            self._secure_sums()
         messages = self.flower.configure_train(rnd, arrays, ConfigRecord(), self.grid)
         if self.secure is None:
             replies = courier.send(self.grid, messages, "train").replies
         else:
-            replies, failed = self.secure.send(courier, self.grid, messages)
+            weigh = self.strategy.weights_before_training
+            replies, failed = self.secure.send(courier, self.grid, messages, weigh)
             if failed is not None:  # the model stays; the next round runs
                 log.warning("round %d: secure aggregation failed: %s; the model stays", rnd, failed)
                 return arrays, {"round": rnd, "participants": 0, "failures": len(messages)}, None
@@ -213,6 +218,29 @@ class RoundDriver:
         if not publish:
             return arrays, row, None
         return released, row, result.scored
+
+    def _secure_sums(self) -> None:
+        """The sums an add-on needs only in total (FedDisco's label counts with
+        target=global), run as SecAgg+ over every connected node before the first round that
+        needs them; a sum that cannot finish ends the run (the add-on cannot do without)."""
+        assert self.secure is not None
+        for addon in self.strategy.addons:
+            name = addon.secure_sum()
+            if name is None:
+                continue
+            nodes = self.federation.connect(self.grid).refresh(float(self.cfg.round_timeout))
+            asked = ConfigRecord({protocol.SECURE_SUM: name})
+            messages = [
+                Message(RecordDict({protocol.CONFIG: asked}), n, MessageType.TRAIN) for n in nodes
+            ]
+            try:
+                total, clients = self.secure.sum(self.federation.courier, self.grid, messages)
+            except SecAggFailed as failed:
+                raise RunFailed(
+                    f"the secure sum of {addon.name}'s {name} failed: {failed}"
+                ) from None
+            addon.take_secure_sum(total, clients)
+            run_log.say(f"{addon.name}: {name} of {clients} clients summed securely")
 
     def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:
         """The test_* columns: the reported metrics of the model on the server's test data."""

@@ -200,6 +200,8 @@ class SecAggRound:
                 )
         vector = parameters_mod(masked, s.modulus_range)
         weight, vector = factor_extract(vector)
+        if int(weight) == 0:
+            raise SecAggFailed("every summed client's weight is 0: there is no average")
         average = dequantize(vector, s.clipping_range, s.quantization_range)
         offset = -(len(summed) - 1) * s.clipping_range
         scale = s.quantization_range / int(weight)

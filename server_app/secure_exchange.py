@@ -1,18 +1,21 @@
 """`secagg=secaggplus`: a round's training exchange run as SecAgg+ through the round's courier.
 
-Setup and key sharing go first, as training messages carrying only the protocol's configs
-(their bytes counted as `secagg_setup` and `secagg_keys`); the strategy's training messages
-follow with each client's forwarded shares (`train`); the survivors are then asked for their
-unmasking shares (`secagg_unmask`). The server learns the weighted average update and each
-client's metrics (examples, loss), never a client's update: every reply of a survivor is
-handed to the strategy carrying the same model, the received model plus that average, as
-Flower's own SecAgg+ workflow hands its strategy the aggregate in every result. A strategy
-that averages them (FedAvg and its kin) gets the secure average back.
+Setup goes first, as training messages carrying the protocol's configs and the round's config
+(`secagg_setup`): each client answers its public keys and what the server weighs it by
+(examples, FedDisco's d_k), since a weight must be fixed before masking; the server fixes the
+weights (`weigh`, the strategy's own p_k) and key sharing follows (`secagg_keys`). The
+strategy's training messages then go with each client's forwarded shares and its weight
+(`train`); the survivors are asked for their unmasking shares (`secagg_unmask`). The server
+learns the weighted average update and each client's metrics (examples, loss), never a
+client's update: every reply of a survivor is handed to the strategy carrying the same model,
+the received model plus that average, as Flower's own SecAgg+ workflow hands its strategy the
+aggregate in every result. A strategy that averages them (FedAvg and its kin) gets the secure
+average back. `sum` runs the same protocol over a sum an add-on needs only in total.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
@@ -22,8 +25,11 @@ from flwr.serverapp import Grid
 from fl_system.messages import protocol
 from fl_system.privacy.secagg import SecAggSettings
 from server_app.exchange import Courier
+from server_app.federated.replies import ClientReply
 from server_app.rounds import RunFailed
 from server_app.secure_aggregation import SecAggFailed, SecAggRound
+
+Weigh = Callable[[list[ClientReply]], np.ndarray]  # the p_k of clients, from their reports
 
 
 class SecureExchange:
@@ -34,77 +40,147 @@ class SecureExchange:
         self.columns: dict[str, float] = {}  # the last round's, for its metrics row
 
     def send(
-        self, courier: Courier, grid: Grid, messages: list[Message]
+        self, courier: Courier, grid: Grid, messages: list[Message], weigh: Weigh
     ) -> tuple[list[Message], str | None]:
         """The training replies as the strategy reads them, and why the protocol failed if
         it did (then no reply carries a model: the round keeps its model)."""
         if not messages:
             return [], None
-        nodes = [m.metadata.dst_node_id for m in messages]
         received = messages[0].content.array_records[protocol.ARRAYS]  # before it is packed
         if any(m.content.array_records.get(protocol.ARRAYS) is not received for m in messages):
             raise RunFailed(
                 "secure aggregation sums updates from one model: this round sent several"
             )
         try:
-            run = SecAggRound(self.settings, nodes)
-            keys = self._stage(courier, grid, run.setup(), "secagg_setup")
-            shares = self._stage(courier, grid, run.share_keys(keys), "secagg_keys")
-            forwarded = run.collect(shares)
-            for message in messages:
-                node = message.metadata.dst_node_id
-                if node in forwarded:
-                    message.content[RECORD_KEY_CONFIGS] = forwarded[node]
-            sent = [m for m in messages if m.metadata.dst_node_id in forwarded]
-            trained = courier.send(grid, sent, "train", timeout=self.settings.timeout).replies
-            masked = {
-                r.metadata.src_node_id: r
-                for r in trained
-                if not r.has_error() and RECORD_KEY_CONFIGS in r.content.config_records
-            }
-            vectors = {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
-            asked = run.unmask(vectors)
-            average, _ = run.result(self._stage(courier, grid, asked, "secagg_unmask"))
+            run, masked, weights, errors = self._protocol(courier, grid, messages, weigh)
+            asked = run.unmask(
+                {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
+            )
+            average, _ = run.result(_configs(self._stage(courier, grid, asked, "secagg_unmask")))
         except SecAggFailed as failed:
             return [], str(failed)
         model = _moved(received, average)
         replies = [r for n, r in masked.items() if n in run.active]
-        self.columns = self._columns(run, replies)
+        self.columns = self._columns(run, replies, weights)
         for reply in replies:
             del reply.content[RECORD_KEY_CONFIGS]
             reply.content[protocol.ARRAYS] = model
-        return replies + [r for r in trained if r.has_error()], None
+        return replies + errors, None
 
-    def _columns(self, run: SecAggRound, replies: list[Message]) -> dict[str, float]:
-        """The round's SecAgg+ columns: who was summed and dropped, and how far the average
-        can be from the plain one at most, from what the server knows (the example counts
-        the clients report, and |w v| <= clipping_range)."""
+    def sum(
+        self, courier: Courier, grid: Grid, messages: list[Message]
+    ) -> tuple[list[np.ndarray], int]:
+        """The plain sum of the terms the messages' clients answer (their config names the
+        sum), and how many clients it holds; SecAggFailed if the protocol cannot finish."""
+        run, masked, _, _ = self._protocol(courier, grid, messages, None)
+        asked = run.unmask(
+            {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
+        )
+        average, weight = run.result(_configs(self._stage(courier, grid, asked, "secagg_unmask")))
+        most = self.settings.max_weight  # each term was weighed max_weight: r = 1
+        return [layer * weight * most for layer in average], len(run.active)
+
+    def _protocol(
+        self, courier: Courier, grid: Grid, messages: list[Message], weigh: Weigh | None
+    ) -> tuple[SecAggRound, dict[int, Message], dict[int, float], list[Message]]:
+        """Setup, key sharing and the masked collection: the round, the masked replies by
+        node, each client's weight (none for a sum: every term is weighed alike), and the
+        error replies of the collection."""
+        run = SecAggRound(self.settings, [m.metadata.dst_node_id for m in messages])
+        config = {
+            m.metadata.dst_node_id: m.content.config_records[protocol.CONFIG] for m in messages
+        }
+        setup = self._stage(courier, grid, run.setup(), "secagg_setup", config)
+        shares = self._stage(courier, grid, run.share_keys(_configs(setup)), "secagg_keys")
+        forwarded = run.collect(_configs(shares))
+        weights = _weights(setup, forwarded, weigh) if weigh is not None else {}
+        sent = []
+        for message in messages:
+            node = message.metadata.dst_node_id
+            if node in forwarded:
+                message.content[RECORD_KEY_CONFIGS] = forwarded[node]
+                if weigh is not None:
+                    message.content[protocol.CONFIG] = ConfigRecord(
+                        {**config[node], protocol.SECAGG_WEIGHT: weights[node]}
+                    )
+                sent.append(message)
+        trained = courier.send(grid, sent, "train", timeout=self.settings.timeout).replies
+        masked = {
+            r.metadata.src_node_id: r
+            for r in trained
+            if not r.has_error() and RECORD_KEY_CONFIGS in r.content.config_records
+        }
+        return run, masked, weights, [r for r in trained if r.has_error()]
+
+    def _columns(
+        self, run: SecAggRound, replies: list[Message], weights: Mapping[int, float]
+    ) -> dict[str, float]:
+        """The round's SecAgg+ columns: who was summed and dropped, each summed client's
+        weight in the average, and how far the average can be from the plain one at most,
+        from what the server knows (the weights it fixed, and |w v| <= clipping_range)."""
         s = self.settings
-        weights = [
-            float(r.content.metric_records[protocol.METRICS][protocol.NUM_EXAMPLES])
-            for r in replies
-        ]
-        largest = s.clipping_range / min(s.weights(weights))
+        summed = {r.metadata.src_node_id: r for r in replies}
+        used = [weights[n] for n in summed]
+        positive = [r for r in s.weights(used) if r > 0]
+        total = sum(used)
+        partition = {
+            n: int(r.content.metric_records[protocol.METRICS][protocol.PARTITION_ID])
+            for n, r in summed.items()
+        }
         return {
             "secagg_summed": len(run.active),
             "secagg_dropped": len(run.sharers - run.active),
-            "secagg_error_bound": s.average_error_bound(weights, largest),
+            "secagg_error_bound": s.average_error_bound(used, s.clipping_range / min(positive)),
+            **{f"weight_{partition[n]}": weights[n] / total for n in summed},
         }
 
     def _stage(
-        self, courier: Courier, grid: Grid, asked: Mapping[int, ConfigRecord], label: str
-    ) -> dict[int, ConfigRecord]:
-        """One protocol stage: its configs to each node, the configs each answered."""
-        messages = [
-            Message(RecordDict({RECORD_KEY_CONFIGS: cfg}), node, MessageType.TRAIN)
-            for node, cfg in asked.items()
-        ]
+        self,
+        courier: Courier,
+        grid: Grid,
+        asked: Mapping[int, ConfigRecord],
+        label: str,
+        config: Mapping[int, ConfigRecord] | None = None,
+    ) -> dict[int, RecordDict]:
+        """One protocol stage: its configs (and the round's config) to each node, the
+        content each answered with its configs."""
+        messages = []
+        for node, cfg in asked.items():
+            content = RecordDict({RECORD_KEY_CONFIGS: cfg})
+            if config is not None:
+                content[protocol.CONFIG] = config[node]
+            messages.append(Message(content, node, MessageType.TRAIN))
         replies = courier.send(grid, messages, label, timeout=self.settings.timeout).replies
         return {
-            r.metadata.src_node_id: r.content.config_records[RECORD_KEY_CONFIGS]
+            r.metadata.src_node_id: r.content
             for r in replies
             if not r.has_error() and RECORD_KEY_CONFIGS in r.content.config_records
         }
+
+
+def _configs(contents: Mapping[int, RecordDict]) -> dict[int, ConfigRecord]:
+    return {n: c.config_records[RECORD_KEY_CONFIGS] for n, c in contents.items()}
+
+
+def _weights(
+    setup: Mapping[int, RecordDict], clients: Mapping[int, object], weigh: Weigh
+) -> dict[int, float]:
+    """Each client's weight w_k = p_k * (the clients' examples), p_k the strategy's from what
+    the clients reported at setup: on the examples' scale, which max_weight is set for."""
+    reports = [
+        ClientReply(
+            node_id=n,
+            partition_id=int(setup[n].metric_records[protocol.METRICS][protocol.PARTITION_ID]),
+            num_examples=int(setup[n].metric_records[protocol.METRICS][protocol.NUM_EXAMPLES]),
+            arrays=[],
+            metrics=setup[n].metric_records[protocol.METRICS],
+            content=RecordDict(),
+        )
+        for n in sorted(clients)
+    ]
+    p = weigh(reports)
+    examples = sum(r.num_examples for r in reports)
+    return {r.node_id: float(pk) * examples for r, pk in zip(reports, p, strict=True)}
 
 
 def _moved(received: ArrayRecord, average: list[np.ndarray]) -> ArrayRecord:

@@ -36,6 +36,13 @@ ASK_ACTION = "ask"
 ASK = f"query.{ASK_ACTION}"
 QUESTION = "question"
 
+# Secure aggregation (secagg=secaggplus): the weight a client scales its update by before
+# masking (config, server -> client: the server fixes it at the protocol's setup), and the
+# name of a sum the server learns only in total (config of a secure training message whose
+# clients answer their term of it instead of training: FedDisco's label counts).
+SECAGG_WEIGHT = "secagg-weight"
+SECURE_SUM = "secure-sum"
+
 # Compression (compression.up, learning.compression): a reply's model update as one encoded
 # blob; the tensors the codec does not cover (integer buffers) stay dense under ARRAYS.
 UPDATE = "update"  # ArrayRecord holding one uint8 array, BLOB

@@ -33,6 +33,15 @@ class ServerAddon:
     def on_join(self, partition_id: int, metrics: MetricRecord) -> None:
         """What a node reported at its handshake (e.g. label counts)."""
 
+    def secure_sum(self) -> str | None:
+        """The name of a sum this add-on needs from every client and may learn only in total
+        (secagg=secaggplus), while it still needs it; the driver sums it before the round."""
+        return None
+
+    def take_secure_sum(self, total: list[np.ndarray], clients: int) -> None:
+        """The sum `secure_sum` named, over `clients` clients."""
+        raise NotImplementedError(f"{type(self).__name__} asks for no secure sum")
+
     def shared_config(self) -> dict[str, Scalar | list[float]]:
         """Config values every train message carries this round."""
         return {}

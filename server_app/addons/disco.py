@@ -5,7 +5,11 @@ FedDisco changes only the coefficients of the model average, so it is an add-on 
 every averaging strategy accepts (`algorithm.disco.enabled=true`); `algorithm=feddisco` is
 FedAvg with it switched on. Each client reports its scalar d_k (see `client_app/addons/
 disco.py`); the server keeps the first value per partition id and computes
-p_k = ReLU(n_k - a d_k + b) / sum ReLU(...) over the round's participants.
+p_k = ReLU(n_k - a d_k + b) / sum ReLU(...) over the round's participants. With
+`target=global` the clients' label counts make T: reported at the handshake in the clear, or,
+under `secagg=secaggplus`, summed securely once over every connected node (the server learns
+the total only, as the paper assumes; a node that joins later does not change T, since a sum
+of it alone would reveal its counts).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class DiscoWeighting(ServerAddon):
         metric: str = "kl",
         normalize_d: str = "auto",
         target: str = "uniform",
+        secagg: str = "none",
     ) -> None:
         settings = {"a": a, "b": b, "metric": metric, "normalize_d": normalize_d, "target": target}
         check_settings(self.name, settings)
@@ -56,6 +61,8 @@ class DiscoWeighting(ServerAddon):
         self.normalize_d = normalization_for(metric, normalize_d)  # "sum" or "none"
         self.d_by_partition: dict[int, float] = {}
         self.counts_by_partition: dict[int, np.ndarray] = {}
+        self.secure = secagg != "none"
+        self.summed_counts: np.ndarray | None = None  # under secagg: the clients' total
 
     # ----- target distribution (non-uniform variant) ---------------------------------------
     def on_join(self, partition_id: int, metrics: MetricRecord) -> None:
@@ -64,12 +71,29 @@ class DiscoWeighting(ServerAddon):
             counts = np.asarray(list(metrics[DISCO_COUNTS]), dtype=np.float64)
             self.counts_by_partition[partition_id] = counts
 
+    def secure_sum(self) -> str | None:
+        """The label counts, while target=global under secagg has no T yet."""
+        wanted = self.target == "global" and self.secure and self.summed_counts is None
+        return DISCO_COUNTS if wanted else None
+
+    def take_secure_sum(self, total: list[np.ndarray], clients: int) -> None:
+        """The clients' label counts in total: whole numbers, so the quantisation error
+        (below one count for fewer than about a hundred clients) rounds away."""
+        counts = np.rint(total[0])
+        label_distribution(counts)  # refuses an empty or negative total
+        self.summed_counts = counts
+
     def shared_config(self) -> dict[str, list[float]]:
         """T from the summed counts of every client seen, for target=global."""
-        if self.target != "global" or not self.counts_by_partition:
+        if self.target != "global":
             return {}
-        target = label_distribution(sum(self.counts_by_partition.values()))
-        return {DISCO_TARGET: target.tolist()}
+        if self.secure:
+            counts = self.summed_counts
+        else:
+            counts = sum(self.counts_by_partition.values()) if self.counts_by_partition else None
+        if counts is None:
+            return {}
+        return {DISCO_TARGET: label_distribution(counts).tolist()}
 
     # ----- weights -------------------------------------------------------------------------
     def weights(self, replies: Sequence[ClientReply]) -> np.ndarray:
@@ -124,6 +148,8 @@ class DiscoWeighting(ServerAddon):
             cpids = sorted(self.counts_by_partition)
             state["disco/count_pids"] = np.array(cpids, dtype=np.int64)
             state["disco/counts"] = np.stack([self.counts_by_partition[p] for p in cpids])
+        if self.summed_counts is not None:
+            state["disco/summed_counts"] = self.summed_counts
         return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
@@ -137,3 +163,5 @@ class DiscoWeighting(ServerAddon):
                 state.get("disco/count_pids", []), state.get("disco/counts", []), strict=True
             )
         }
+        if "disco/summed_counts" in state:
+            self.summed_counts = np.asarray(state["disco/summed_counts"], dtype=np.float64)

@@ -54,11 +54,8 @@ class PrivacyPolicy:
             return "it combines the client models by a rule of its own, not their weighted average"
         if self.decides_from_updates is not None:
             return f"it decides {self.decides_from_updates} from each client's update"
-        why = {
-            "gsnr": "its GSNR query sends each client's gradient statistics in the clear",
-            "disco": "Disco weighs each client by the label discrepancy it reports in the clear",
-        }
-        return next((why[a.name] for a in self.addons if a.name in why), None)
+        gsnr = "its GSNR query sends each client's gradient statistics in the clear"
+        return next((gsnr for a in self.addons if a.name == "gsnr"), None)
 
     def weighting_under_privacy(self) -> str | None:
         """How this run weighs clients if not uniformly under DP (None: uniformly)."""

@@ -40,6 +40,7 @@ from server_app.compression import UpdateTally
 from server_app.exchange import QuickGrid
 from server_app.federated.experiment_binding import Common, bind_experiment
 from server_app.federated.privacy_policy import PrivacyPolicy
+from server_app.federated.replies import ClientReply
 from server_app.federated.round_rule import RoundRule
 from server_app.federated.screening import ReplyScreening
 from server_app.federated.state import CheckpointedState
@@ -177,6 +178,12 @@ class FederatedStrategy(
             return []
         opened.steps, opened.sent = steps, step.messages
         return fed.outgoing(step.messages, plan.nodes, plan.arrays)
+
+    def weights_before_training(self, reports: list[ClientReply]) -> np.ndarray:
+        """p_k of the round's clients from what they reported before training (secure
+        aggregation fixes each client's weight before it masks its update)."""
+        assert self._open is not None, "configure_train comes first"
+        return self.aggregation_weights(self._open.plan, reports)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

@@ -18,12 +18,14 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from torch import nn
 
 from client_app.app import make_client_app
+from fl_system.addons.disco import DISCO_COUNTS, DISCO_TARGET
 from fl_system.config.compose import compose_experiment
-from fl_system.learning.aggregation import weighted_average
+from fl_system.learning.aggregation import normalized, weighted_average
 from fl_system.messages import protocol
 from fl_system.privacy.secagg import SecAggSettings, settings_of
-from fl_system.settings.config_nodes import config_to_json
+from fl_system.settings.config_nodes import build, config_to_json
 from server_app.exchange import Traffic
+from server_app.federated.replies import ClientReply
 from server_app.rounds import RunFailed
 from server_app.secure_exchange import SecureExchange
 from server_app.strategies.fedavg import FedAvg
@@ -55,8 +57,10 @@ class InProcess:
         }
         self.received: list[RecordDict] = []  # copies: the strategy's replies are reused
         shake = RecordDict({protocol.CONFIG: ConfigRecord({protocol.RUN_CONFIG: cfg_json})})
-        for node, context in self.contexts.items():
+        self.handshakes = [
             self.app(Message(shake, dst_node_id=node, message_type=protocol.HANDSHAKE), context)
+            for node, context in self.contexts.items()
+        ]
 
     def send(
         self, grid: object, messages: Sequence[Message], label: str, *, timeout: float | None = None
@@ -69,14 +73,17 @@ class InProcess:
         return Traffic(replies, 0, 0)
 
 
-def _training(model: ArrayRecord) -> list[Message]:
-    content = RecordDict(
-        {protocol.ARRAYS: model, protocol.CONFIG: ConfigRecord({protocol.SERVER_ROUND: 1})}
-    )
+def _training(model: ArrayRecord, **config: object) -> list[Message]:
+    config = ConfigRecord({protocol.SERVER_ROUND: 1, **config})  # type: ignore[arg-type]
+    content = RecordDict({protocol.ARRAYS: model, protocol.CONFIG: config})
     return [
         Message(RecordDict(dict(content.items())), dst_node_id=n, message_type=MessageType.TRAIN)
         for n in NODES
     ]
+
+
+def _by_examples(reports: list[ClientReply]) -> np.ndarray:
+    return normalized([float(r.num_examples) for r in reports])
 
 
 def test_the_server_receives_no_update_and_gets_fedavgs_model_within_the_bound() -> None:
@@ -95,7 +102,8 @@ def test_the_server_receives_no_update_and_gets_fedavgs_model_within_the_bound()
     fedavg = weighted_average(trained, [float(n) for n in SIZES])
 
     courier = InProcess(config_to_json(cfg))
-    secure, failed = SecureExchange(settings).send(courier, None, _training(model))  # type: ignore[arg-type]
+    exchange = SecureExchange(settings)
+    secure, failed = exchange.send(courier, None, _training(model), _by_examples)  # type: ignore[arg-type]
     assert failed is None and len(secure) == 5
     for content in courier.received:  # every reply of every stage, as the server got it
         assert all(len(record) == 0 for record in content.array_records.values())
@@ -121,6 +129,70 @@ def test_the_server_receives_no_update_and_gets_fedavgs_model_within_the_bound()
     for layer, want in zip(got, fedavg, strict=True):
         assert float(np.max(np.abs(layer - want))) <= bound
     assert secure[0].content.metric_records[protocol.METRICS][protocol.NUM_EXAMPLES] in SIZES
+    recorded = [exchange.columns[f"weight_{i}"] for i in range(5)]
+    assert np.allclose(recorded, normalized([float(n) for n in SIZES]), rtol=0, atol=1e-12)
+
+
+def test_feddisco_target_global_sums_label_counts_securely_and_weighs_as_in_the_clear() -> None:
+    """FedDisco with target=global under SecAgg+: no client sends its label counts, their
+    secure sum is the exact total (so T is the clear run's), the weights the clients scale
+    their updates by are the clear run's p_k (1e-6), and the model is the Disco-weighted
+    average within the bound."""
+    overrides = ["dataset=app", "dataset.num_classes=3", "model=app", "num_clients=5"]
+    overrides += ["algorithm=feddisco", "algorithm.disco.target=global", "train.local_steps=3"]
+    clear_cfg = compose_experiment(overrides)
+    cfg = compose_experiment([*overrides, "secagg=secaggplus", "secagg.clipping_range=0.5"])
+    settings = settings_of(cfg)
+    assert isinstance(settings, SecAggSettings)
+    model = ArrayRecord(_model().state_dict())
+
+    clear = InProcess(config_to_json(clear_cfg))  # the clear run: counts at the handshake
+    disco_clear = build(clear_cfg.algorithm.disco.server)
+    for pid, reply in enumerate(clear.handshakes):
+        disco_clear.on_join(pid, reply.content.metric_records[protocol.METRICS])
+    target = disco_clear.shared_config()[DISCO_TARGET]
+    replies = clear.send(None, _training(model, **{DISCO_TARGET: target}), "train").replies
+    unpacked = [
+        ClientReply(
+            n,
+            i,
+            SIZES[i],
+            r.content.array_records[protocol.ARRAYS].to_numpy_ndarrays(),
+            r.content.metric_records[protocol.METRICS],
+            r.content,
+        )
+        for i, (n, r) in enumerate(zip(NODES, replies, strict=True))
+    ]
+    p_clear = disco_clear.weights(unpacked)
+    assert not np.allclose(p_clear, normalized([float(n) for n in SIZES]), atol=1e-3)
+    disco_avg = weighted_average([r.arrays for r in unpacked], list(p_clear))
+
+    courier = InProcess(config_to_json(cfg))
+    for reply in courier.handshakes:
+        assert DISCO_COUNTS not in reply.content.metric_records[protocol.METRICS]
+    disco = build(cfg.algorithm.disco.server)
+    exchange = SecureExchange(settings)
+    assert disco.secure_sum() == DISCO_COUNTS
+    asked = RecordDict({protocol.CONFIG: ConfigRecord({protocol.SECURE_SUM: DISCO_COUNTS})})
+    question = [Message(copy.deepcopy(asked), n, MessageType.TRAIN) for n in NODES]
+    total, clients = exchange.sum(courier, None, question)  # type: ignore[arg-type]
+    exact = sum(np.bincount(_data(i, 5)[0][1], minlength=3) for i in range(5))
+    assert clients == 5 and float(np.max(np.abs(total[0] - exact))) < 0.5
+    disco.take_secure_sum(total, clients)
+    assert disco.secure_sum() is None and disco.shared_config()[DISCO_TARGET] == target
+
+    messages = _training(model, **{DISCO_TARGET: target})
+    secure, failed = exchange.send(courier, None, messages, disco.weights)  # type: ignore[arg-type]
+    assert failed is None and len(secure) == 5
+    p_secure = [exchange.columns[f"weight_{i}"] for i in range(5)]
+    assert float(np.max(np.abs(np.asarray(p_secure) - p_clear))) <= 1e-6
+    sent = [
+        float(m.content.config_records[protocol.CONFIG][protocol.SECAGG_WEIGHT]) for m in messages
+    ]
+    bound = settings.average_error_bound(sent, 0.5)
+    got = secure[0].content.array_records[protocol.ARRAYS].to_numpy_ndarrays()
+    for layer, want in zip(got, disco_avg, strict=True):
+        assert float(np.max(np.abs(layer - want))) <= bound
 
 
 def test_a_round_that_sends_clients_different_models_is_refused() -> None:
@@ -129,7 +201,7 @@ def test_a_round_that_sends_clients_different_models_is_refused() -> None:
     messages = _training(ArrayRecord(_model().state_dict()))
     messages[1].content[protocol.ARRAYS] = ArrayRecord(_model().state_dict())
     with pytest.raises(RunFailed, match="sums updates from one model: this round sent several"):
-        SecureExchange(SecAggSettings()).send(None, None, messages)  # type: ignore[arg-type]
+        SecureExchange(SecAggSettings()).send(None, None, messages, _by_examples)  # type: ignore[arg-type]
 
 
 def test_flowers_own_loop_refuses_a_secure_experiment() -> None:
