@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,9 +105,7 @@ class Churn:
         node = self.nodes[event.partition]
         event.fired_at, event.fired_rows = time.monotonic(), rows
         if event.kind in ("before", "supernode"):
-            supernode = next(p for p in descendants(node.proc.pid) if "bin/fl-supernode" in _cmd(p))
-            signal_pid(supernode, signal.SIGKILL)
-            node.proc.wait(timeout=60)  # fl-client reports its SuperNode's end and exits
+            kill_supernode(node.proc)
         elif event.kind == "fl-client":
             node.proc.send_signal(signal.SIGKILL)
             node.proc.wait(timeout=10)
@@ -289,7 +288,14 @@ def said_of(serverapp_log: Path, partition: int) -> list[str]:
     return [line for line in text.splitlines() if re.search(rf"partition {partition}\b", line)]
 
 
-def fl_run(federation: Federation, run_dir: Path, num_rounds: int, partitions: int, log: Path):
+def fl_run(
+    federation: Federation,
+    run_dir: Path,
+    num_rounds: int,
+    partitions: int,
+    log: Path,
+    extra: Sequence[str] = (),
+):
     """`fl-run runtime=remote` from the server's host, in the background."""
     server = federation.lan["server"].address
     overrides = [
@@ -299,6 +305,7 @@ def fl_run(federation: Federation, run_dir: Path, num_rounds: int, partitions: i
         *("dataset=digits", "model=mlp", "train.batch_size=64", f"num_rounds={num_rounds}"),
         f"num_clients={partitions}",
         f"hydra.run.dir={run_dir}",
+        *extra,
     ]
     with log.open("w") as out:
         return subprocess.Popen(
@@ -308,6 +315,13 @@ def fl_run(federation: Federation, run_dir: Path, num_rounds: int, partitions: i
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
+
+
+def kill_supernode(client: subprocess.Popen) -> None:
+    """SIGKILL the SuperNode of an fl-client, which reports its end and exits."""
+    supernode = next(p for p in descendants(client.pid) if "bin/fl-supernode" in _cmd(p))
+    signal_pid(supernode, signal.SIGKILL)
+    client.wait(timeout=60)
 
 
 def signal_pid(pid: int, sig: int) -> None:

@@ -86,9 +86,10 @@ class Federation:
 
 
 @contextmanager
-def started_federation(work: Path, clients: Sequence[str]) -> Iterator[Federation]:
-    """fl-server on host "server" (keys supernode-0..4 registered, --enroll-dir work/enroll)
-    and empty hosts `clients`; every process started through it is gone afterwards."""
+def started_federation(work: Path, clients: Sequence[str], keys: int = 5) -> Iterator[Federation]:
+    """fl-server on host "server" (keys supernode-0..keys-1 registered, --enroll-dir
+    work/enroll) and empty hosts `clients`; every process started through it is gone
+    afterwards."""
     # One torch/BLAS thread per process: the "machines" share this one's cores.
     env = {**os.environ, **thread_env(1)}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -97,7 +98,9 @@ def started_federation(work: Path, clients: Sequence[str]) -> Iterator[Federatio
     procs = ProcessGroup()
     with hosts(["server", *clients]) as lan:
         material, stranger = work / "certs", work / "stranger"
-        certs.generate(material, server_names=[], server_ips=[lan["server"].address], supernodes=5)
+        certs.generate(
+            material, server_names=[], server_ips=[lan["server"].address], supernodes=keys
+        )
         certs.generate(stranger, server_names=["elsewhere"], supernodes=1)
         fed = Federation(lan, material, stranger, work, env, procs)
         try:

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from fl_system.deploy import certs
+from fl_system.records.results import read_rows
 from fl_system.runtime.launch.processes import alive, descendants
+from tests.e2e import churn
 from tests.e2e.federation import (
     BIN,
     Federation,
@@ -30,9 +32,54 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(WHY_NOT is not None, reason=st
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     with started_federation(
-        tmp_path_factory.mktemp("hosts"), ["client-a", "client-b", "client-c"]
+        tmp_path_factory.mktemp("hosts"), ["client-a", "client-b", "client-c"], keys=10
     ) as fed:
         yield fed
+
+
+def test_secure_aggregation_across_hosts_survives_a_node_killed_after_key_sharing(
+    federation: Federation,
+) -> None:
+    """SecAgg+ over TLS between namespaces, 5 fl-clients on 3 hosts (keys 5-9), a threshold
+    of 0.8 of the shares (4 of 5, 3 of 4, 2 of 2). Round 1: partition 4's SuperNode is
+    SIGKILLed when its training message (after setup and key sharing) arrives: the round sums
+    the other 4, its masks removed. Round 2: partitions 2 and 3 die the same way, leaving 2
+    where 3 shares are needed: the round fails in one line and the model stays. Round 3 sums
+    the 2 left. Runs first: nodes other tests leave would join the run."""
+    hosts = ["client-a", "client-b", "client-c", "client-a", "client-b"]
+    keys = [federation.certs / f"supernode-{5 + p}.key" for p in range(5)]
+    nodes = {p: federation.client(hosts[p], p, key=keys[p], num_partitions=5) for p in range(5)}
+    for _, log in nodes.values():
+        assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
+    overrides = ["secagg=secaggplus", "secagg.reconstruction_threshold=0.8", "round_timeout=120"]
+    overrides += ["clients.slow.ids=[2,3,4]", "clients.slow.seconds_per_step=0.4"]
+    run_dir, out = federation.work / "secagg", federation.work / "secagg-fl-run.log"
+    run = churn.fl_run(federation, run_dir, 3, 5, out, [*overrides, "train.local_steps=5"])
+    # a round sends each node 4 training messages: setup, keys, training, unmasking
+    kills = {4: 3, 3: 4 + 3, 2: 4 + 3}  # partition -> the training message it dies at
+    try:
+        deadline = time.monotonic() + 240
+        while kills:
+            assert run.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
+            for p, at in list(kills.items()):
+                proc, log = nodes[p]
+                if log.read_text().count("Receiving: train message") >= at:
+                    churn.kill_supernode(proc)
+                    del kills[p]
+            time.sleep(0.02)
+        assert run.wait(timeout=300) == 0, out.read_text()[-3000:]
+    finally:
+        if run.poll() is None:
+            run.kill()
+    rows = read_rows(run_dir / "metrics.csv")
+    said = (run_dir / "logs" / "serverapp.log").read_text()
+    summed = [(r["participants"], r.get("secagg_summed"), r.get("secagg_dropped")) for r in rows]
+    assert summed == [("4", "4", "1"), ("0", "", ""), ("2", "2", "0")], said
+    assert "round 2: secure aggregation failed: after training, 2 of 4 clients are left" in said
+    assert "the model stays" in said
+    for p in (0, 1):
+        nodes[p][0].send_signal(signal.SIGTERM)
+        assert nodes[p][0].wait(timeout=30) == 143
 
 
 def test_a_client_with_an_unregistered_key_is_rejected(federation: Federation) -> None:
