@@ -7,9 +7,12 @@ the model (every array of the reply cleared). What the mod reads is Flower's leg
 layout; `_as_fitres` turns this project's reply into it: v is the update (the trained model
 less the model received, float layers), w the weight the server fixed at setup (from what
 this client reported there: `weighing`). The reply's metrics (examples, loss, partition)
-travel as they are. A message naming a secure sum (`protocol.SECURE_SUM`) is answered with
-this client's term of it (`summand`) instead of training, weighed max_weight (r = 1), so
-that the server's average times the number of clients summed is the plain sum.
+travel as they are. Records the strategy needs only in sum (`protocol.SECURE_RECORDS`,
+SCAFFOLD's dc_k) follow the update in v, each divided by the client's quantised weight r, so
+that r v adds them to the sum unweighted. A message naming a secure sum
+(`protocol.SECURE_SUM`) is answered with this client's term of it (`summand`) instead of
+training, weighed max_weight (r = 1), so that the server's average times the number of
+clients summed is the plain sum.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import functools
 from collections.abc import Callable
 
 import numpy as np
-from flwr.app import Context, Message, MetricRecord
+from flwr.app import ConfigRecord, Context, Message, MetricRecord
 from flwr.client.mod import secaggplus_mod
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 from flwr.common.secure_aggregation.secaggplus_constants import (
@@ -78,14 +81,42 @@ def _as_fitres(msg: Message, context: Context, train: Train, summand: Summand) -
         (t - r).astype(np.float64) if np.issubdtype(t.dtype, np.floating) else np.zeros(t.shape)
         for t, r in zip(trained.to_numpy_ndarrays(), received.to_numpy_ndarrays(), strict=True)
     ]
-    return _fitres_reply(msg, update, weight, content.metric_records[protocol.METRICS])
+    names = [str(n) for n in config.get(protocol.SECURE_RECORDS, [])]
+    summed = [content.array_records[name] for name in names]
+    if summed:  # divided by the r the mod weighs by: r * (x / r) = x enters the plain sum
+        r = _ratio(weight, context)
+        update += [
+            a.astype(np.float64) / r for record in summed for a in record.to_numpy_ndarrays()
+        ]
+    layout = ConfigRecord({n: list(rec.keys()) for n, rec in zip(names, summed, strict=True)})
+    return _fitres_reply(msg, update, weight, content.metric_records[protocol.METRICS], layout)
+
+
+def _ratio(weight: float, context: Context) -> float:
+    """The mod's quantised weight r = round(w / max_weight * T) / T (T its target range)."""
+    state = context.state.config_records[RECORD_KEY_STATE]
+    levels = int(state["target_range"])
+    r = round(weight / float(state["max_weight"]) * levels) / levels
+    if r == 0:
+        raise ValueError(
+            "this client's weight rounds to 0 under secure aggregation: the records it must "
+            "add to the sum cannot travel (raise secagg.quantization_range)"
+        )
+    return r
 
 
 def _fitres_reply(
-    msg: Message, vector: list[np.ndarray], weight: float, metrics: MetricRecord
+    msg: Message,
+    vector: list[np.ndarray],
+    weight: float,
+    metrics: MetricRecord,
+    layout: ConfigRecord | None = None,
 ) -> Message:
-    """The reply in Flower's `FitRes` layout, which the mod reads: [w, w * v] to mask."""
+    """The reply in Flower's `FitRes` layout, which the mod reads: [w, w * v] to mask, and
+    the layer names of the summed records that follow the update in v."""
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), weight, {})  # type: ignore[arg-type]
     out = compat.fitres_to_recorddict(fitres, keep_input=False)
     out[protocol.METRICS] = metrics
+    if layout:
+        out[protocol.SECURE_LAYOUT] = layout
     return Message(out, reply_to=msg)

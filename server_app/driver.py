@@ -181,8 +181,8 @@ class RoundDriver:
         if self.secure is None:
             replies = courier.send(self.grid, messages, "train").replies
         else:
-            weigh = self.strategy.weights_before_training
-            replies, failed = self.secure.send(courier, self.grid, messages, weigh)
+            weigh, summed = self.strategy.weights_before_training, self.strategy.summed_up
+            replies, failed = self.secure.send(courier, self.grid, messages, weigh, summed)
             if failed is not None:  # the model stays; the next round runs
                 log.warning("round %d: secure aggregation failed: %s; the model stays", rnd, failed)
                 return arrays, {"round": rnd, "participants": 0, "failures": len(messages)}, None

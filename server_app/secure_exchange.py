@@ -15,7 +15,8 @@ average back. `sum` runs the same protocol over a sum an add-on needs only in to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
@@ -40,10 +41,17 @@ class SecureExchange:
         self.columns: dict[str, float] = {}  # the last round's, for its metrics row
 
     def send(
-        self, courier: Courier, grid: Grid, messages: list[Message], weigh: Weigh
+        self,
+        courier: Courier,
+        grid: Grid,
+        messages: list[Message],
+        weigh: Weigh,
+        summed: Sequence[str] = (),
     ) -> tuple[list[Message], str | None]:
         """The training replies as the strategy reads them, and why the protocol failed if
-        it did (then no reply carries a model: the round keeps its model)."""
+        it did (then no reply carries a model: the round keeps its model). The records named
+        `summed` are summed beside the update, unweighted; every reply carries their mean,
+        so that the strategy summing them over the replies gets their sum."""
         if not messages:
             return [], None
         received = messages[0].content.array_records[protocol.ARRAYS]  # before it is packed
@@ -52,19 +60,24 @@ class SecureExchange:
                 "secure aggregation sums updates from one model: this round sent several"
             )
         try:
-            run, masked, weights, errors = self._protocol(courier, grid, messages, weigh)
+            run, masked, weights, errors = self._protocol(courier, grid, messages, weigh, summed)
             asked = run.unmask(
                 {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
             )
-            average, _ = run.result(_configs(self._stage(courier, grid, asked, "secagg_unmask")))
+            average, weight = run.result(
+                _configs(self._stage(courier, grid, asked, "secagg_unmask"))
+            )
         except SecAggFailed as failed:
             return [], str(failed)
-        model = _moved(received, average)
+        model = _moved(received, average[: len(received)])
         replies = [r for n, r in masked.items() if n in run.active]
         self.columns = self._columns(run, replies, weights)
+        records = _means(replies, summed, average[len(received) :], weight) if summed else {}
         for reply in replies:
             del reply.content[RECORD_KEY_CONFIGS]
             reply.content[protocol.ARRAYS] = model
+            for name, record in records.items():
+                reply.content[name] = record
         return replies + errors, None
 
     def sum(
@@ -72,7 +85,7 @@ class SecureExchange:
     ) -> tuple[list[np.ndarray], int]:
         """The plain sum of the terms the messages' clients answer (their config names the
         sum), and how many clients it holds; SecAggFailed if the protocol cannot finish."""
-        run, masked, _, _ = self._protocol(courier, grid, messages, None)
+        run, masked, _, _ = self._protocol(courier, grid, messages, None, ())
         asked = run.unmask(
             {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
         )
@@ -81,7 +94,12 @@ class SecureExchange:
         return [layer * weight * most for layer in average], len(run.active)
 
     def _protocol(
-        self, courier: Courier, grid: Grid, messages: list[Message], weigh: Weigh | None
+        self,
+        courier: Courier,
+        grid: Grid,
+        messages: list[Message],
+        weigh: Weigh | None,
+        summed: Sequence[str],
     ) -> tuple[SecAggRound, dict[int, Message], dict[int, float], list[Message]]:
         """Setup, key sharing and the masked collection: the round, the masked replies by
         node, each client's weight (none for a sum: every term is weighed alike), and the
@@ -100,9 +118,10 @@ class SecureExchange:
             if node in forwarded:
                 message.content[RECORD_KEY_CONFIGS] = forwarded[node]
                 if weigh is not None:
-                    message.content[protocol.CONFIG] = ConfigRecord(
-                        {**config[node], protocol.SECAGG_WEIGHT: weights[node]}
-                    )
+                    told = {protocol.SECAGG_WEIGHT: weights[node]}
+                    if summed:
+                        told[protocol.SECURE_RECORDS] = list(summed)
+                    message.content[protocol.CONFIG] = ConfigRecord({**config[node], **told})
                 sent.append(message)
         trained = courier.send(grid, sent, "train", timeout=self.settings.timeout).replies
         masked = {
@@ -181,6 +200,25 @@ def _weights(
     p = weigh(reports)
     examples = sum(r.num_examples for r in reports)
     return {r.node_id: float(pk) * examples for r, pk in zip(reports, p, strict=True)}
+
+
+def _means(
+    replies: list[Message], names: Sequence[str], summed: list[np.ndarray], weight: float
+) -> dict[str, ArrayRecord]:
+    """The records `names` as their means over the replies, from the vectors that followed
+    the update (in that order, each record's layers as the replies' layout names them): the
+    secure average of x / r times the summed r is the plain sum of x."""
+    layout = replies[0].content.config_records[protocol.SECURE_LAYOUT]
+    for reply in replies:
+        del reply.content[protocol.SECURE_LAYOUT]
+    arrays = iter(summed)
+    means = {}
+    for name in names:
+        layers = cast(list[str], layout[name])
+        means[name] = ArrayRecord(
+            {layer: Array(next(arrays) * weight / len(replies)) for layer in layers}
+        )
+    return means
 
 
 def _moved(received: ArrayRecord, average: list[np.ndarray]) -> ArrayRecord:

@@ -42,6 +42,11 @@ QUESTION = "question"
 # clients answer their term of it instead of training: FedDisco's label counts).
 SECAGG_WEIGHT = "secagg-weight"
 SECURE_SUM = "secure-sum"
+# Reply records a strategy needs only in sum (SCAFFOLD's dc_k): their names (config, server
+# -> client), summed unweighted beside the weighted update; their layer names (reply config
+# record, client -> server: names, no values).
+SECURE_RECORDS = "secure-records"
+SECURE_LAYOUT = "secure-layout"
 
 # Compression (compression.up, learning.compression): a reply's model update as one encoded
 # blob; the tensors the codec does not cover (integer buffers) stay dense under ARRAYS.

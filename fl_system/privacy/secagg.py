@@ -11,7 +11,9 @@ clients whose weighted vectors stay within [-c, c], each coordinate of the resul
 
 of the plain weighted average sum(w v) / sum(w): n quantisation steps and the rounding of the
 n weights, over the summed weight. The bound scales with c and with the vectors: set c to the
-size of the weighted updates, not of the model.
+size of the weighted updates, not of the model. A plain sum carried the same way (each term
+x sent as x / r, so that r (x / r) = x; SCAFFOLD's dc_k, FedDisco's label counts over
+max_weight) is within n 2c / T of the true one: one quantisation step per client.
 """
 
 from __future__ import annotations
@@ -97,6 +99,11 @@ class SecAggSettings:
         r = sum(self.weights(weights))
         n = len(weights)
         return n * (2 * self.clipping_range + max_abs) / (self.quantization_range * r)
+
+    def sum_error_bound(self, clients: int) -> float:
+        """How far each coordinate of a plain sum carried beside the update can be from the
+        true one, for `clients` terms within [-clipping_range, clipping_range]."""
+        return clients * 2 * self.clipping_range / self.quantization_range
 
 
 def settings_of(cfg: DictConfig) -> SecAggSettings | None:

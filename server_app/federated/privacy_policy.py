@@ -23,6 +23,9 @@ class PrivacyPolicy:
     # What it decides from the clients' un-noised updates (weights, expulsions), which central
     # DP's noise does not cover: such a rule runs only under privacy=local.
     decides_from_updates: ClassVar[str | None] = None
+    # The records beside the model that its server needs only in sum over the clients (and
+    # not weighted): secure aggregation sums them beside the update (SCAFFOLD's dc_k).
+    summed_up: ClassVar[tuple[str, ...]] = ()
 
     def privacy_conflict(self, mode: str) -> str | None:
         """Why Flower's DP in `mode` cannot wrap this rule (None: it can)."""
@@ -46,9 +49,10 @@ class PrivacyPolicy:
     def secagg_conflict(self) -> str | None:
         """Why this rule needs more than the weighted sum of its clients' updates, which is
         all secure aggregation shows the server (None: the sum will do)."""
-        if self.extra_up is not None:
+        if self.extra_up is not None and not self.summed_up:
             return (
-                f"its replies carry {self.extra_up} beside the model, and SecAgg+ sums one vector"
+                f"its replies carry {self.extra_up} beside the model, and secure aggregation "
+                "carries beside the update only records needed as a plain sum (SCAFFOLD's)"
             )
         if not self.robust_aggregation:
             return "it combines the client models by a rule of its own, not their weighted average"

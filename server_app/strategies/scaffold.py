@@ -44,6 +44,7 @@ class Scaffold(ServerVectorStrategy):
 
     extra_down = "the control variate c"
     extra_up = "the change of its control variate"
+    summed_up = (SCAFFOLD_DELTA_C,)  # c needs only their sum: secure aggregation carries it
     weighting = None  # data sizes, which differential privacy turns uniform
 
     partial_work = True  # c_i uses the steps actually taken

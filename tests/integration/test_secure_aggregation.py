@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fl_system.privacy.secagg import SecAggSettings
 from fl_system.records.checkpoint import load_checkpoint
 
 from .conftest import kill_a_supernode_mid_run, run_cli
@@ -23,8 +24,12 @@ BASE = ["dataset=digits", "model=mlp", "runtime=simulation", "train.local_steps=
 
 @pytest.mark.parametrize(
     "algorithm",
-    [["algorithm=fedavg"], ["algorithm=feddisco", "algorithm.disco.target=global"]],
-    ids=["fedavg", "feddisco-global"],
+    [
+        ["algorithm=fedavg"],
+        ["algorithm=feddisco", "algorithm.disco.target=global"],
+        ["algorithm=scaffold"],
+    ],
+    ids=["fedavg", "feddisco-global", "scaffold"],
 )
 def test_a_secure_round_is_the_clear_ones_within_the_bound_it_reports(
     algorithm: list[str], tmp_path: Path, cli_env: dict[str, str]
@@ -32,8 +37,9 @@ def test_a_secure_round_is_the_clear_ones_within_the_bound_it_reports(
     """Five clients on Dirichlet(0.3) shards, one round, the same seed with and without
     SecAgg+: the models differ by no more than the round's secagg_error_bound (quantisation
     and the weights' rounding), each client's weight (FedDisco's from the securely summed
-    label counts) is the clear run's within 1e-6, the protocol's four exchanges moved bytes,
-    and every client was summed."""
+    label counts) is the clear run's within 1e-6, SCAFFOLD's control variate c (the plain sum
+    of the dc_k over K) the clear run's within n 2 clipping_range / (T K), the protocol's four
+    exchanges moved bytes, and every client was summed."""
     args = [*BASE, *algorithm, "num_clients=5", "num_rounds=1", "partition=dirichlet"]
     args.append("partition.alpha=0.3")
     for name, extra in (("plain", []), ("secure", ["secagg=secaggplus"])):
@@ -51,6 +57,12 @@ def test_a_secure_round_is_the_clear_ones_within_the_bound_it_reports(
         for k in plain.model
     )
     assert 0 < diff <= bound < 1e-4, (diff, bound)
+    c = [k for k in plain.strategy_state if k.startswith("scaffold/c/")]
+    assert len(c) == (len(plain.model) if "algorithm=scaffold" in algorithm else 0)
+    settings = SecAggSettings()  # the defaults the run used
+    for k in c:
+        gap = float(np.max(np.abs(plain.strategy_state[k] - secure.strategy_state[k])))
+        assert 0 < gap <= settings.sum_error_bound(5) / 5, (k, gap)
     assert (row["secagg_summed"], row["secagg_dropped"], row["failures"]) == ("5", "0", "0")
     for stage in ("setup", "keys", "unmask"):
         assert (
@@ -96,7 +108,7 @@ def test_a_node_killed_after_sharing_its_keys_is_left_out_or_fails_the_round(
 @pytest.mark.parametrize(
     ("extra", "line"),
     [
-        (["algorithm=scaffold"], "algorithm=scaffold: its replies carry the change of its"),
+        (["algorithm=stem"], "algorithm=stem: its replies carry its momentum d beside the"),
         (["algorithm=fednova"], "algorithm=fednova: it combines the client models by a rule"),
         (["algorithm=taco", "train.local_steps=4"], "algorithm=taco: it decides its coefficients"),
         (

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.quantization import dequantize
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
@@ -19,6 +19,7 @@ from torch import nn
 
 from client_app.app import make_client_app
 from fl_system.addons.disco import DISCO_COUNTS, DISCO_TARGET
+from fl_system.algorithms.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
 from fl_system.config.compose import compose_experiment
 from fl_system.learning.aggregation import normalized, weighted_average
 from fl_system.messages import protocol
@@ -210,3 +211,45 @@ def test_flowers_own_loop_refuses_a_secure_experiment() -> None:
     strategy = FedAvg(experiment=["secagg=secaggplus", "num_clients=3"])
     with pytest.raises(RunFailed, match=r"secagg=secaggplus runs in fl-run's rounds: Flower's"):
         strategy.start(None)  # type: ignore[arg-type]
+
+
+def test_scaffolds_control_variate_changes_are_summed_beside_the_update() -> None:
+    """algorithm=scaffold under SecAgg+: each client's dc_k rides in its masked vector (sent
+    as dc_k / r), no array reaches the server in the clear, every reply carries the mean of
+    the dc_k, so that SCAFFOLD's sum over the replies is the plain sum within n 2c / T, and
+    the model is FedAvg's within the bound."""
+    overrides = ["dataset=app", "dataset.num_classes=3", "model=app", "num_clients=5"]
+    overrides += ["algorithm=scaffold", "train.local_steps=3", "secagg=secaggplus"]
+    cfg = compose_experiment([*overrides, "secagg.clipping_range=0.5"])
+    settings = settings_of(cfg)
+    assert isinstance(settings, SecAggSettings)
+    model = ArrayRecord(_model().state_dict())
+    c = ArrayRecord({k: Array(np.zeros_like(v.numpy())) for k, v in model.items()})
+
+    def messages() -> list[Message]:
+        out = _training(model)
+        for m in out:
+            m.content[SCAFFOLD_C] = c
+        return out
+
+    plain = InProcess(config_to_json(cfg))
+    replies = plain.send(None, messages(), "train").replies
+    trained = [r.content.array_records[protocol.ARRAYS].to_numpy_ndarrays() for r in replies]
+    dc_sum = [sum(r.content.array_records[SCAFFOLD_DELTA_C][k].numpy() for r in replies) for k in c]
+    assert all(float(np.max(np.abs(d))) > 1e-3 for d in dc_sum)  # something to carry
+
+    courier = InProcess(config_to_json(cfg))
+    exchange = SecureExchange(settings)
+    secure, failed = exchange.send(courier, None, messages(), _by_examples, (SCAFFOLD_DELTA_C,))  # type: ignore[arg-type]
+    assert failed is None and len(secure) == 5
+    for content in courier.received:
+        assert all(len(record) == 0 for record in content.array_records.values())
+    carried = [sum(r.content.array_records[SCAFFOLD_DELTA_C][k].numpy() for r in secure) for k in c]
+    bound = settings.sum_error_bound(5)
+    for got, want in zip(carried, dc_sum, strict=True):
+        assert float(np.max(np.abs(got - want))) <= bound
+    fedavg = weighted_average(trained, [float(n) for n in SIZES])
+    model_bound = settings.average_error_bound([float(n) for n in SIZES], 0.5)
+    got = secure[0].content.array_records[protocol.ARRAYS].to_numpy_ndarrays()
+    for layer, want in zip(got, fedavg, strict=True):
+        assert float(np.max(np.abs(layer - want))) <= model_bound

@@ -87,6 +87,23 @@ def test_the_unmasked_average_is_the_weighted_average_within_the_bound(scale: fl
         assert bound < 1e-3 * scale  # and the bound is tight enough to mean something
 
 
+@pytest.mark.parametrize("scale", [1e-6, 1.0, 1e6])
+def test_a_plain_sum_carried_as_x_over_r_is_within_one_step_per_client(scale: float) -> None:
+    """Each client sends x / r (r its quantised weight), so r (x / r) = x enters the sum
+    unweighted (SCAFFOLD's dc_k): the average times the summed r is sum(x) within
+    n 2c / T, whatever the scale."""
+    settings = SecAggSettings(clipping_range=1.0 * scale, num_shares=1.0)
+    terms = _vectors(scale, seed=2)
+    ratio = dict(zip(NODES, settings.weights([WEIGHTS[n] for n in NODES]), strict=True))
+    clients = {n: Client(n, [a / ratio[n] for a in x]) for n, x in terms.items()}
+    average, weight = _run(settings, clients, {})
+    bound = settings.sum_error_bound(len(NODES))
+    assert bound < 1e-5 * scale
+    for i, got in enumerate(average):
+        want = sum(terms[n][i] for n in NODES)
+        assert np.max(np.abs(got * weight - want)) < bound
+
+
 @pytest.mark.parametrize(("shares", "threshold"), [(1.0, 0.6), (3, 2)])
 def test_a_client_dropped_after_sharing_its_keys_is_left_out_of_the_sum(
     shares: float, threshold: float
