@@ -71,7 +71,11 @@ def _as_fitres(msg: Message, context: Context, train: Train, summand: Summand) -
             )
         return _fitres_reply(msg, [term / most], most, MetricRecord())
     weight = float(config[protocol.SECAGG_WEIGHT])
-    reply = train(msg, context)
+    configs = msg.content.config_records.pop(RECORD_KEY_CONFIGS)  # Flower's DP mods read one
+    try:
+        reply = train(msg, context)
+    finally:
+        msg.content[RECORD_KEY_CONFIGS] = configs
     if reply.has_error():
         return reply
     content = wire.unpack(reply.content)

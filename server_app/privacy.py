@@ -7,7 +7,9 @@ averages uniformly where its rule would weigh by data size, as the noise calibra
 Flower's accountant assume: `FederatedStrategy.uniform_weights`.) `release` decides what a
 round may publish: under accounting, only the average over every sampled client (Flower's
 strict mode; otherwise the model stays and no epsilon is spent), each release composed into
-the account. The noise comes from the operating system's entropy (`fl_system.privacy.noise`):
+the account. Under `privacy=local` each client's own (epsilon, delta) per release composes
+over the rounds it trains in (`LocalAccount`: dp_local_epsilon, the most exposed client's).
+The noise comes from the operating system's entropy (`fl_system.privacy.noise`):
 `privacy.reproducible_noise=true` draws it from the seed instead, for debugging, and then
 every epsilon the run writes is `dp_epsilon_void`. `published_row`/`published_summary` keep
 what the run may publish (`fl_system.privacy.published`).
@@ -26,6 +28,7 @@ from omegaconf import DictConfig
 
 from fl_system import privacy
 from fl_system.privacy import noise, published
+from fl_system.privacy.account import LocalAccount
 from fl_system.records import run_log
 from server_app.federated.strategy import FederatedStrategy
 from server_app.rounds import RoundRecord
@@ -45,10 +48,15 @@ class Privacy:
         self.mode = privacy.mode(cfg)
         self.flower: Strategy = strategy
         self.account: privacy.PrivacyAccount | None = None
+        self.local: LocalAccount | None = None
         self.reproducible = self.mode != "none" and bool(cfg.privacy.reproducible_noise)
-        self.epsilon_key = "dp_epsilon_void" if self.reproducible else "dp_epsilon"
+        void = "_void" if self.reproducible else ""
+        self.epsilon_key = f"dp_epsilon{void}"
+        self.local_key = f"dp_local_epsilon{void}"
         if self.mode == "none":
             return
+        if self.mode == "local":
+            self.local = LocalAccount(epsilon=cfg.privacy.epsilon, delta=cfg.privacy.delta)
         if self.reproducible:
             run_log.say(
                 run_log.warning_line(
@@ -84,6 +92,9 @@ class Privacy:
 
     def release(self, record: RoundRecord) -> tuple[bool, dict[str, float]]:
         """Whether the round's model may be published, and its privacy columns."""
+        if self.local is not None:
+            epsilon, delta = self.local.release(record.plan.nodes.values())
+            return True, {self.local_key: epsilon, "dp_local_delta": delta}
         if self.account is None:
             return True, {}
         if record.result.participants < record.chosen:
@@ -110,11 +121,15 @@ class Privacy:
         if self.account is not None:
             out[self.epsilon_key] = self.account.epsilon()
             out["dp_delta"] = self.account.delta
+        if self.local is not None:
+            out[self.local_key], out["dp_local_delta"] = self.local.spent()
         return out
 
     # ----- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         state = self.account.state_dict() if self.account is not None else {}
+        if self.local is not None:
+            state.update(self.local.state_dict())
         norm = getattr(self.flower, "clipping_norm", None)
         if "adaptive" in self.mode and norm is not None:
             state[_CLIPPING_NORM] = np.array([float(norm)])
@@ -123,6 +138,8 @@ class Privacy:
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         if self.account is not None:
             self.account.load_state_dict(state)
+        if self.local is not None:
+            self.local.load_state_dict(state)
         if _CLIPPING_NORM in state:
             self.flower.clipping_norm = float(state[_CLIPPING_NORM][0])  # type: ignore[attr-defined]
 

@@ -73,11 +73,11 @@ class SecureExchange:
         replies = [r for n, r in masked.items() if n in run.active]
         self.columns = self._columns(run, replies, weights)
         records = _means(replies, summed, average[len(received) :], weight) if summed else {}
-        for reply in replies:
-            del reply.content[RECORD_KEY_CONFIGS]
-            reply.content[protocol.ARRAYS] = model
-            for name, record in records.items():
-                reply.content[name] = record
+        for reply in replies:  # the mod's records (Flower's FitRes layout) are left behind
+            metrics = reply.content.metric_records[protocol.METRICS]
+            reply.content = RecordDict(
+                {protocol.METRICS: metrics, protocol.ARRAYS: model, **records}
+            )
         return replies + errors, None
 
     def sum(
@@ -209,8 +209,6 @@ def _means(
     the update (in that order, each record's layers as the replies' layout names them): the
     secure average of x / r times the summed r is the plain sum of x."""
     layout = replies[0].content.config_records[protocol.SECURE_LAYOUT]
-    for reply in replies:
-        del reply.content[protocol.SECURE_LAYOUT]
     arrays = iter(summed)
     means = {}
     for name in names:

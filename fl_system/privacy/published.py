@@ -6,8 +6,9 @@ accuracies, the virtual clock's per-client times) is a statistic of un-noised up
 the clients' data that no mechanism covers, so by default a DP run withholds it from
 metrics.csv, summary.json, the trackers and the logs. What stays: the published model's
 central evaluation, the account, and what the protocol fixes whatever the data (round,
-participants, failures, bytes, the server's clock). `privacy.publish_client_stats=true`
-publishes everything, with a warning that epsilon does not cover it.
+participants, failures, bytes, the server's clock, who secure aggregation summed).
+`privacy.publish_client_stats=true` publishes everything, with a warning that epsilon does
+not cover it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ ROUND_COLUMNS = frozenset(
         "bytes_down",
         "dp_epsilon",
         "dp_epsilon_void",
+        "dp_local_epsilon",
+        "dp_local_epsilon_void",
+        "dp_local_delta",
+        "secagg_summed",
+        "secagg_dropped",
         "client_eval_bytes_down",
         "client_eval_bytes_up",
     }
@@ -53,6 +59,9 @@ SUMMARY_KEYS = frozenset(
         "dp_epsilon",
         "dp_epsilon_void",
         "dp_delta",
+        "dp_local_epsilon",
+        "dp_local_epsilon_void",
+        "dp_local_delta",
         "dp_noise",
     }
 )

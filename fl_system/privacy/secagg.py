@@ -25,6 +25,7 @@ from typing import Any
 from flwr.server.workflow.secure_aggregation.secaggplus_workflow import SecAggPlusWorkflow
 from omegaconf import DictConfig, OmegaConf
 
+from fl_system.privacy.checks import ON_CLIENTS
 from fl_system.settings.value_checks import ConfigError
 
 
@@ -143,7 +144,7 @@ def check_secagg(cfg: DictConfig, strategy: Any) -> None:
             f"{head} does not compose with aggregation.robust={robust}: the rule needs each "
             "client's update, and the server sees only their sum"
         )
-    if (privacy := cfg.privacy.name) != "none" and cfg.privacy.server is not None:
+    if (privacy := cfg.privacy.name) not in ("none", *ON_CLIENTS):
         raise ConfigError(
             f"{head} does not compose with privacy={privacy}: the server clips each client's "
             "update, which it no longer sees (privacy=local, noise on the clients, composes)"

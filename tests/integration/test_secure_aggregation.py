@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fl_system.privacy import PrivacyAccount
 from fl_system.privacy.secagg import SecAggSettings
 from fl_system.records.checkpoint import load_checkpoint
 
@@ -68,6 +69,39 @@ def test_a_secure_round_is_the_clear_ones_within_the_bound_it_reports(
         assert (
             int(row[f"bytes_up_secagg_{stage}"]) > 0 and int(row[f"bytes_down_secagg_{stage}"]) > 0
         )
+
+
+def _rdp(rounds: int) -> list[tuple[str, str]]:
+    """Flower's RDP account of `rounds` releases, sigma 1, all 4 of 4 clients, delta 1e-5."""
+    account = PrivacyAccount(noise_multiplier=1.0, sample_size=4, population=4, delta=1e-5)
+    return [(str(account.release()), "") for _ in range(rounds)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "accounted"),
+    [
+        ("local", [("0.5", "1e-05"), ("1.0", "2e-05")]),  # k rounds: k epsilon, k delta
+        ("client_fixed", _rdp(2)),
+    ],
+)
+def test_dp_on_the_clients_composes_with_secure_aggregation_and_is_accounted(
+    mode: str, accounted: list[tuple[str, str]], tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """privacy=local (noise on each client before masking: distributed DP) reports each
+    client's composed (epsilon, delta); privacy=client_fixed (clients clip, the server
+    noises the secure average) the RDP account of the released averages. Both publish who
+    was summed, not the clients' statistics."""
+    args = [*BASE, "num_clients=4", "num_rounds=2", f"privacy={mode}", "privacy.epsilon=0.5"]
+    if mode != "local":
+        args[-1] = "privacy.noise_multiplier=1.0"
+    result = run_cli([*args, "secagg=secaggplus", f"hydra.run.dir={tmp_path}"], cli_env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics_rows(tmp_path)
+    epsilon = "dp_local_epsilon" if mode == "local" else "dp_epsilon"
+    spent = [(r[epsilon], r.get("dp_local_delta", "")) for r in rows]
+    assert spent == accounted
+    assert [r["secagg_summed"] for r in rows] == ["4", "4"]
+    assert "train_loss" not in rows[0] and "weight_0" not in rows[0]
 
 
 @pytest.mark.parametrize(

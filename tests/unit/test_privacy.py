@@ -14,6 +14,7 @@ from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 from fl_system.config.compose import compose_experiment
 from fl_system.config.experiment import build_strategy
 from fl_system.privacy import PrivacyAccount, check_privacy, unaccounted_reason
+from fl_system.privacy.account import LocalAccount
 from fl_system.settings.value_checks import ConfigError
 
 
@@ -54,6 +55,21 @@ def test_a_restored_account_continues_where_it_stopped() -> None:
     resumed.load_state_dict(first.state_dict())
     assert resumed.epsilon() == first.epsilon()
     assert resumed.release() == _flower_epsilons(1.0, 4, 8, 1e-5, 4)[-1]
+
+
+def test_local_dp_composes_each_clients_releases_and_reports_the_most_exposed() -> None:
+    """privacy=local: (epsilon, delta) per release, k releases cost k of each (basic
+    composition); the figure is the client sent training most often; a restored account
+    continues it."""
+    account = LocalAccount(epsilon=0.5, delta=1e-6)
+    assert account.spent() == (0.0, 0.0)
+    assert account.release([0, 1, 2]) == (0.5, 1e-6)
+    assert account.release([2, 3]) == (1.0, 2e-6)
+    resumed = LocalAccount(epsilon=0.5, delta=1e-6)
+    resumed.load_state_dict(account.state_dict())
+    assert resumed.releases == {0: 1, 1: 1, 2: 2, 3: 1}
+    assert resumed.release([0, 3]) == (1.0, 2e-6)
+    assert resumed.release([2]) == (1.5, 3e-6)
 
 
 REFUSED = [
