@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness.process_tree import cpu_percent, tree
-from fl_system.runtime.launch.processes import ProcessGroup, free_port, port_open, tool_env
+from fl_system.runtime.launch.ports import free_port, port_open
+from fl_system.runtime.launch.processes import ProcessGroup, tool_env
 
 
 @dataclass(frozen=True)

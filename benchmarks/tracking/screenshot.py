@@ -25,7 +25,8 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.harness.fl_run import ROOT, BenchmarkError, run_fl
-from fl_system.runtime.launch.processes import free_port, tool_env
+from fl_system.runtime.launch.ports import free_port
+from fl_system.runtime.launch.processes import tool_env
 
 SWEEP = ["runtime=simulation", "num_rounds=10", "tracking=mlflow", "algorithm=fedavg,fedprox"]
 SWEEP += ["seed=0,1"]

@@ -38,7 +38,8 @@ from fl_system.runtime.connection_checks import (
     start_piped,
     wait_reachable,
 )
-from fl_system.runtime.launch.processes import free_port, tool_env
+from fl_system.runtime.launch.ports import free_port
+from fl_system.runtime.launch.processes import tool_env
 from fl_system.runtime.supernode.node import HEARTBEAT_ENV, SUPERVISOR_ENV
 
 # The SuperLink does not know this node's key, or a node with this key is still online (one

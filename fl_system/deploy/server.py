@@ -44,7 +44,8 @@ from fl_system.runtime.connection_checks import (
     split_address,
     start_piped,
 )
-from fl_system.runtime.launch.processes import free_port, port_open, tool_env
+from fl_system.runtime.launch.ports import free_port, port_open
+from fl_system.runtime.launch.processes import tool_env
 from fl_system.runtime.superlink import LOG_ENV, LOG_LEVELS
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"

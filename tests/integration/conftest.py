@@ -17,13 +17,8 @@ import pytest
 
 from fl_system.learning.devices import thread_env
 from fl_system.records.results import METRIC_COLUMNS, MetricsLog
-from fl_system.runtime.launch.processes import (
-    ProcessGroup,
-    descendants,
-    free_port,
-    port_open,
-    tool_env,
-)
+from fl_system.runtime.launch.ports import free_port, port_open
+from fl_system.runtime.launch.processes import ProcessGroup, descendants, tool_env
 from tests.algorithms import ASYNCHRONOUS
 from tests.integration.fl_run_fork import FL_RUN, ForkedRun, start_fl_run
 

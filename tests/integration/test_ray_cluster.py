@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.runtime.launch.processes import ProcessGroup, free_port, port_open, tool_env
+from fl_system.runtime.launch.ports import free_port, port_open
+from fl_system.runtime.launch.processes import ProcessGroup, tool_env
 from tests.integration.conftest import QUICK, run_cli
 
 pytestmark = pytest.mark.integration

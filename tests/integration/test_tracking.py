@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from fl_system.learning.own_model import build_model
 from fl_system.records.checkpoint import load_checkpoint
 from fl_system.records.results import read_rows
-from fl_system.runtime.launch.processes import free_port
+from fl_system.runtime.launch.ports import free_port
 from tests.integration.conftest import QUICK, interrupt_when, run_cli, run_sweep
 from tests.integration.tracked import (
     ids,

@@ -24,7 +24,7 @@ from fl_system.runtime.connection_checks import (
     split_address,
     wait_reachable,
 )
-from fl_system.runtime.launch.processes import free_port
+from fl_system.runtime.launch.ports import free_port
 
 
 def _material(root: Path, *, names=("localhost",), expired: bool = False) -> Path:

@@ -85,7 +85,7 @@ def test_a_stopping_launcher_ends_the_children_it_forked() -> None:
 NODE_GONE_MID_CALL = """
 import os, subprocess, sys, time
 from fl_system.flower import flwr_tasks
-from fl_system.runtime.launch.processes import free_port
+from fl_system.runtime.launch.ports import free_port
 from fl_system.runtime.supernode.launcher import Launcher
 
 flwr_tasks.CLAIM_RETRY_SECONDS = 1.0

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from fl_system.config.compose import CONF_DIR
 from fl_system.runtime.launch import LaunchError, ray_cluster
-from fl_system.runtime.launch.processes import free_port
+from fl_system.runtime.launch.ports import free_port
 from fl_system.runtime.launch.ray_cluster import ClusterError
 from fl_system.settings.config_nodes import config_to_json
 

@@ -21,13 +21,8 @@ from fl_system.runtime import startup
 from fl_system.runtime.launch import LaunchError
 from fl_system.runtime.launch.client_state import discard_finished
 from fl_system.runtime.launch.flower_forker import FlowerForker
-from fl_system.runtime.launch.processes import (
-    STOP_GRACE,
-    ProcessGroup,
-    free_port,
-    port_open,
-    tool_env,
-)
+from fl_system.runtime.launch.ports import free_port, port_open
+from fl_system.runtime.launch.processes import STOP_GRACE, ProcessGroup, tool_env
 from fl_system.runtime.launch.submit import Connection, submit_and_follow
 from fl_system.runtime.supernode.launcher import SOCKET_ENV
 from fl_system.runtime.supernode.node import HEARTBEAT_ENV

@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,19 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the OS picks it, so parallel runs differ)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
 
 
 def tool_env(extra: dict[str, str] | None = None) -> dict[str, str]:
