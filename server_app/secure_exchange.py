@@ -16,6 +16,7 @@ average back. `sum` runs the same protocol over a sum an add-on needs only in to
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -31,6 +32,20 @@ from server_app.rounds import RunFailed
 from server_app.secure_aggregation import SecAggFailed, SecAggRound
 
 Weigh = Callable[[list[ClientReply]], np.ndarray]  # the p_k of clients, from their reports
+
+
+@dataclass
+class _Outcome:
+    """What one run of the protocol gave: the round, the masked replies of the clients in
+    the sum by node, each client's weight (none for a sum: every term is weighed alike), the
+    error replies of the collection, and the unmasked average with its summed weight."""
+
+    run: SecAggRound
+    masked: dict[int, Message]
+    weights: dict[int, float]
+    errors: list[Message]
+    average: list[np.ndarray]
+    weight: float
 
 
 class SecureExchange:
@@ -60,38 +75,29 @@ class SecureExchange:
                 "secure aggregation sums updates from one model: this round sent several"
             )
         try:
-            run, masked, weights, errors = self._protocol(courier, grid, messages, weigh, summed)
-            asked = run.unmask(
-                {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
-            )
-            average, weight = run.result(
-                _configs(self._stage(courier, grid, asked, "secagg_unmask"))
-            )
+            out = self._protocol(courier, grid, messages, weigh, summed)
         except SecAggFailed as failed:
             return [], str(failed)
-        model = _moved(received, average[: len(received)])
-        replies = [r for n, r in masked.items() if n in run.active]
-        self.columns = self._columns(run, replies, weights)
-        records = _means(replies, summed, average[len(received) :], weight) if summed else {}
+        model = _moved(received, out.average[: len(received)])
+        replies = list(out.masked.values())
+        self.columns = self._columns(out.run, replies, out.weights)
+        summed_part = out.average[len(received) :]
+        records = _means(replies, summed, summed_part, out.weight) if summed else {}
         for reply in replies:  # the mod's records (Flower's FitRes layout) are left behind
             metrics = reply.content.metric_records[protocol.METRICS]
             reply.content = RecordDict(
                 {protocol.METRICS: metrics, protocol.ARRAYS: model, **records}
             )
-        return replies + errors, None
+        return replies + out.errors, None
 
     def sum(
         self, courier: Courier, grid: Grid, messages: list[Message]
     ) -> tuple[list[np.ndarray], int]:
         """The plain sum of the terms the messages' clients answer (their config names the
         sum), and how many clients it holds; SecAggFailed if the protocol cannot finish."""
-        run, masked, _, _ = self._protocol(courier, grid, messages, None, ())
-        asked = run.unmask(
-            {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
-        )
-        average, weight = run.result(_configs(self._stage(courier, grid, asked, "secagg_unmask")))
+        out = self._protocol(courier, grid, messages, None, ())
         most = self.settings.max_weight  # each term was weighed max_weight: r = 1
-        return [layer * weight * most for layer in average], len(run.active)
+        return [layer * out.weight * most for layer in out.average], len(out.masked)
 
     def _protocol(
         self,
@@ -100,10 +106,8 @@ class SecureExchange:
         messages: list[Message],
         weigh: Weigh | None,
         summed: Sequence[str],
-    ) -> tuple[SecAggRound, dict[int, Message], dict[int, float], list[Message]]:
-        """Setup, key sharing and the masked collection: the round, the masked replies by
-        node, each client's weight (none for a sum: every term is weighed alike), and the
-        error replies of the collection."""
+    ) -> _Outcome:
+        """The four stages; SecAggFailed if they cannot finish."""
         run = SecAggRound(self.settings, [m.metadata.dst_node_id for m in messages])
         config = {
             m.metadata.dst_node_id: m.content.config_records[protocol.CONFIG] for m in messages
@@ -129,7 +133,12 @@ class SecureExchange:
             for r in trained
             if not r.has_error() and RECORD_KEY_CONFIGS in r.content.config_records
         }
-        return run, masked, weights, [r for r in trained if r.has_error()]
+        asked = run.unmask(
+            {n: r.content.config_records[RECORD_KEY_CONFIGS] for n, r in masked.items()}
+        )
+        average, weight = run.result(_configs(self._stage(courier, grid, asked, "secagg_unmask")))
+        errors = [r for r in trained if r.has_error()]
+        return _Outcome(run, {n: masked[n] for n in run.active}, weights, errors, average, weight)
 
     def _columns(
         self, run: SecAggRound, replies: list[Message], weights: Mapping[int, float]
