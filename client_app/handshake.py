@@ -30,6 +30,8 @@ def handshake_reply(
     """The reply's records: partition id and the hooks' metrics, the model's fingerprint (or
     why it cannot be built), the node's data report when it holds its own data."""
     metrics = MetricRecord({protocol.PARTITION_ID: node.partition_id})
+    if node.num_partitions and not node.data_dir:  # it trains a partition of the dataset
+        metrics[protocol.NUM_PARTITIONS] = node.num_partitions
     content = RecordDict({protocol.METRICS: metrics})
     try:
         built = {protocol.MODEL_FINGERPRINT: fingerprint(model())}

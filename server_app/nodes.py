@@ -180,6 +180,14 @@ class NodeRegistry:
                     f"(this run has num_clients={self._num_partitions})",
                 )
                 continue
+            started_for = int(metrics.get(protocol.NUM_PARTITIONS, self._num_partitions))
+            if started_for != self._num_partitions:  # its partition would be another split's
+                self._turn_away(
+                    node,
+                    f"it was started with num-partitions={started_for}, this run has "
+                    f"num_clients={self._num_partitions}",
+                )
+                continue
             holder = holders.get(pid)
             if holder is not None and self._answers(holder):
                 self._turn_away(

@@ -20,6 +20,7 @@ SERVER_ROUND = "server-round"
 
 # MetricRecord keys (client -> server).
 PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"  # handshake: the partitioning a node was started for
 NUM_EXAMPLES = "num-examples"
 TRAIN_LOSS = "train-loss"
 NUM_STEPS = "num-steps"

@@ -45,7 +45,7 @@ def test_secure_aggregation_across_hosts_survives_a_node_killed_after_key_sharin
     SIGKILLed when its training message (after setup and key sharing) arrives: the round sums
     the other 4, its masks removed. Round 2: partitions 2 and 3 die the same way, leaving 2
     where 3 shares are needed: the round fails in one line and the model stays. Round 3 sums
-    the 2 left. Runs first: nodes other tests leave would join the run."""
+    the 2 left."""
     hosts = ["client-a", "client-b", "client-c", "client-a", "client-b"]
     keys = [federation.certs / f"supernode-{5 + p}.key" for p in range(5)]
     nodes = {p: federation.client(hosts[p], p, key=keys[p], num_partitions=5) for p in range(5)}

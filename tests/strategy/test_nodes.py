@@ -83,6 +83,26 @@ def test_a_partition_outside_the_run_is_turned_away() -> None:
     assert _notices(grid) == {22: "partition-id 7 is outside 0..1 (this run has num_clients=2)"}
 
 
+def test_a_node_started_for_another_partitioning_is_turned_away_before_it_claims() -> None:
+    """Node 11 was started with num-partitions=2 (another run's split) and claims partition
+    0 of this 5-client run first: turned away, so node 22, started for this run, holds it
+    (11 would have failed every training message: its partition is another split's)."""
+
+    def answer(msg: Message) -> Message | None:
+        reply = nodes_claiming({11: 0, 22: 0})(msg)
+        if msg.metadata.message_type == protocol.HANDSHAKE and reply is not None:
+            started_for = 2 if msg.metadata.dst_node_id == 11 else 5
+            reply.content.metric_records[protocol.METRICS][protocol.NUM_PARTITIONS] = started_for
+        return reply
+
+    grid = ScriptedGrid({11, 22}, answer)
+    registry = NodeRegistry(grid, "{}", num_partitions=5)
+    assert registry.refresh(timeout=5) == {22: 0}
+    assert _notices(grid) == {
+        11: "it was started with num-partitions=2, this run has num_clients=5"
+    }
+
+
 def test_a_silent_holder_loses_its_partition_to_a_restarted_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
