@@ -13,7 +13,7 @@ from fl_system.runtime.launch.ports import free_port
 def test_ports_are_free_and_below_the_range_of_outgoing_connections() -> None:
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     ports = [free_port() for _ in range(50)]
-    assert all(10000 <= p < low for p in ports), ports
+    assert all(20000 <= p < low for p in ports), ports  # above Ray's own ports too
     assert len(set(ports)) >= 45  # drawn, not handed out in order: parallel runs differ
     for port in ports[:5]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -8,7 +8,10 @@ import socket
 from pathlib import Path
 
 _EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LISTEN_FLOOR = 10000  # listening ports are drawn from here up to the ephemeral range
+# Listening ports are drawn from here up to the ephemeral range: above Ray's defaults (its
+# client server 10001 and worker ports 10002-19999, which a head given a port among them
+# refuses to start with).
+_LISTEN_FLOOR = 20000
 
 
 def free_port(host: str = "127.0.0.1") -> int:
