@@ -4,8 +4,6 @@ delivered at the node's next pull. Expired task tokens are swept at most every S
 
 from __future__ import annotations
 
-import itertools
-import time
 from pathlib import Path
 
 import pytest
@@ -84,7 +82,8 @@ def test_a_message_stored_while_a_pull_reads_sql_comes_at_the_next_pull(
 def test_expired_task_tokens_are_swept_at_most_every_sweep_seconds(
     tmp_path: Path, unhooked: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Flower swept them before nearly every call (each object pushed or pulled)."""
+    """Flower swept them before nearly every call (each object pushed or pulled). On a clock
+    that moves 1/16 s a call, 12 calls over 0.75 s sweep at 0.25, 0.5 and 0.75 s only."""
     sweeps: list[float] = []
     flowers = SqlCoreState._cleanup_expired_task_tokens
 
@@ -92,18 +91,28 @@ def test_expired_task_tokens_are_swept_at_most_every_sweep_seconds(
         sweeps.append(sql_state._memo(state).swept)  # the wrapper's own clock read
         flowers(state)
 
+    clock = _Clock(1000.0)
+    monkeypatch.setattr(sql_state, "time", clock)
     monkeypatch.setattr(SqlCoreState, "_cleanup_expired_task_tokens", counted)
-    monkeypatch.setattr(sql_state, "SWEEP_SECONDS", 0.2)
+    monkeypatch.setattr(sql_state, "SWEEP_SECONDS", 0.25)
     sql_state.cheaper_calls()
     link = Link(state_on(str(tmp_path / "link.db")))
+    assert link.run_id in link.state.get_run_status({link.run_id})  # swept by now, at 1000.0
     sweeps.clear()
-    start = time.monotonic()
-    calls = 0
-    while time.monotonic() - start < 0.5:
+    for _ in range(12):
+        clock.now += 0.0625
         assert link.run_id in link.state.get_run_status({link.run_id})
-        calls += 1
-    assert calls > 10 and 2 <= len(sweeps) <= 3  # at most at 0, 0.2 and 0.4 s
-    assert all(b - a >= 0.2 for a, b in itertools.pairwise(sweeps))
+    assert [t - 1000.0 for t in sweeps] == [0.25, 0.5, 0.75]
+
+
+class _Clock:
+    """time.monotonic as sql_state reads it, moved by hand."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
 
 
 def test_installing_twice_wraps_once(unhooked: None) -> None:
