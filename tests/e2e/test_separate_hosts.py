@@ -48,7 +48,7 @@ def test_secure_aggregation_across_hosts_survives_a_node_killed_after_key_sharin
     the 2 left."""
     hosts = ["client-a", "client-b", "client-c", "client-a", "client-b"]
     keys = [federation.certs / f"supernode-{5 + p}.key" for p in range(5)]
-    beat = ("--heartbeat", "1")  # a killed node is counted gone 2 s after its last beat
+    beat = ("--heartbeat", "2")  # a killed node is counted gone 4 s after its last beat
     nodes = {
         p: federation.client(hosts[p], p, *beat, key=keys[p], num_partitions=5) for p in range(5)
     }

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,20 +277,23 @@ def supernode_of(partition: int, pids: set[int]) -> int | None:
     return None
 
 
-def kill_a_supernode_mid_run(
-    args: list[str], env: dict[str, str], partition: int, ready: Callable[[], bool]
+def kill_supernodes_mid_run(
+    args: list[str], env: dict[str, str], kills: Mapping[int, Callable[[], bool]]
 ) -> tuple[int, str]:
-    """fl-run with `args`; once `ready()`, SIGKILL the fl-supernode of `partition`; fl-run's
-    exit code and output."""
+    """fl-run with `args`; SIGKILL the fl-supernode of each partition in `kills` once its
+    predicate holds (fl-run starts it again); fl-run's exit code and output."""
     proc = start_fl_run(args, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 180
-        while not ready():
+        deadline, waiting = time.monotonic() + 180, dict(kills)
+        while waiting:
             assert proc.poll() is None and time.monotonic() < deadline, "the run never got there"
+            for partition, ready in list(waiting.items()):
+                if ready():
+                    node = supernode_of(partition, descendants(proc.pid))
+                    assert node is not None
+                    os.kill(node, signal.SIGKILL)
+                    del waiting[partition]
             time.sleep(0.02)
-        node = supernode_of(partition, descendants(proc.pid))
-        assert node is not None
-        os.kill(node, signal.SIGKILL)
         output, _ = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:

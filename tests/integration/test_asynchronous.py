@@ -13,7 +13,7 @@ import pytest
 
 from fl_system.records.checkpoint import load_checkpoint
 
-from .conftest import MLP_BYTES, kill_a_supernode_mid_run, run_cli
+from .conftest import MLP_BYTES, kill_supernodes_mid_run, run_cli
 from .resumed import assert_same_end, history, metrics_rows
 
 pytestmark = pytest.mark.integration
@@ -232,7 +232,7 @@ def test_on_real_nodes_fedbuff_keeps_fast_nodes_busy_and_replaces_a_killed_one(
         return done
 
     args = [*fedbuff, "num_rounds=25", f"hydra.run.dir={async_dir}"]
-    code, output = kill_a_supernode_mid_run(args, cli_env, 0, five_steps)
+    code, output = kill_supernodes_mid_run(args, cli_env, {0: five_steps})
     assert code == 0, output[-3000:]
     assert "supernode 0 exited with code -9; started again" in output
     assert _tasks(async_dir, 0) > before[0], "the restarted node 0 trained no task"

@@ -1,11 +1,13 @@
-"""secagg=secaggplus through fl-run: in simulation a round's secure average is plain FedAvg's
-within the bound the round reports; on real SuperNodes (runtime=local) a node killed after
-sharing its keys is left out of the sum, or, with a threshold the survivors cannot meet, the
-round fails in one line, the model stays and the next round runs; what needs each client's
-update is refused in one line."""
+"""secagg=secaggplus through fl-run: in simulation a round's secure average is the clear one's
+within the bound the round reports (FedAvg, FedDisco's weights, SCAFFOLD's control variate),
+and DP on the clients is accounted; on real SuperNodes (runtime=local) a node killed after
+sharing its keys is left out of the sum, and with fewer survivors than the threshold the round
+fails in one line, the model stays and the next round runs; what needs each client's update is
+refused in one line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from fl_system.privacy import PrivacyAccount
 from fl_system.privacy.secagg import SecAggSettings
 from fl_system.records.checkpoint import load_checkpoint
 
-from .conftest import kill_a_supernode_mid_run, run_cli
+from .conftest import kill_supernodes_mid_run, run_cli
 from .resumed import metrics_rows
 
 pytestmark = pytest.mark.integration
@@ -104,39 +106,43 @@ def test_dp_on_the_clients_composes_with_secure_aggregation_and_is_accounted(
     assert "train_loss" not in rows[0] and "weight_0" not in rows[0]
 
 
-@pytest.mark.parametrize(
-    ("threshold", "summed", "line"),
-    [
-        ("0.5", "4", None),  # 3 of 5 shares rebuild a secret: 4 survivors do
-        ("1.0", "0", "round 1: secure aggregation failed: after training, 4 of 5 clients are"),
-    ],
-)
-def test_a_node_killed_after_sharing_its_keys_is_left_out_or_fails_the_round(
-    threshold: str, summed: str, line: str | None, tmp_path: Path, cli_env: dict[str, str]
+def test_nodes_killed_after_sharing_their_keys_are_left_out_or_fail_the_round(
+    tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    """runtime=local, 5 SuperNodes; partition 4 trains slowly (clients.slow) and is SIGKILLed
-    when its third message of round 1 (the training, after setup and key sharing) arrives.
-    The other four are summed and its masks removed; or, when every share is needed, the
-    round fails, the model stays, and round 2 (the node restarted) sums all five."""
-    run_dir, log4 = tmp_path / "run", tmp_path / "run" / "logs" / "supernode-4.log"
-    args = [*BASE, "runtime=local", "num_clients=5", "num_rounds=2", "secagg=secaggplus"]
-    args += [f"secagg.reconstruction_threshold={threshold}", "clients.slow.ids=[4]"]
+    """runtime=local, 5 SuperNodes, a threshold of 0.8 of the shares; partitions 2-4 train
+    slowly (clients.slow). Round 1: partition 4 is SIGKILLed when its training message (after
+    setup and key sharing) arrives: the other four are summed, its masks removed. Round 2:
+    partitions 2 and 3 die the same way, fewer survivors than the threshold: the round fails
+    in one line and the model stays. Round 3 (fl-run restarts killed nodes) sums whoever is
+    there."""
+    run_dir = tmp_path / "run"
+    args = [*BASE, "runtime=local", "num_clients=5", "num_rounds=3", "secagg=secaggplus"]
+    args += ["secagg.reconstruction_threshold=0.8", "clients.slow.ids=[2,3,4]"]
     args += ["clients.slow.seconds_per_step=0.4", "round_timeout=120"]
     args.append(f"hydra.run.dir={run_dir}")
 
-    def training() -> bool:  # round 1's third message to partition 4 has arrived
-        return log4.exists() and log4.read_text().count("Receiving: train message") >= 3
+    def at_training(partition: int, rnd: int) -> Callable[[], bool]:
+        """Round `rnd`'s training message to `partition` has arrived (4 a round: setup,
+        keys, training, unmasking)."""
+        log = run_dir / "logs" / f"supernode-{partition}.log"
+        at = 4 * (rnd - 1) + 3
+        return lambda: log.exists() and log.read_text().count("Receiving: train message") >= at
 
-    code, output = kill_a_supernode_mid_run(args, cli_env, 4, training)
+    kills = {4: at_training(4, 1), 3: at_training(3, 2), 2: at_training(2, 2)}
+    code, output = kill_supernodes_mid_run(args, cli_env, kills)
     assert code == 0, output[-3000:]
-    first, second = metrics_rows(run_dir)
-    assert first["participants"] == summed and second["participants"] == "5"
+    first, second, third = metrics_rows(run_dir)
     said = (run_dir / "logs" / "serverapp.log").read_text()
-    if line is None:
-        assert (first["secagg_summed"], first["secagg_dropped"]) == ("4", "1")
-    else:
-        assert line in said and "the model stays" in said
-        assert second["secagg_summed"] == "5"
+    assert (first["participants"], first["secagg_summed"], first["secagg_dropped"]) == (
+        "4",
+        "4",
+        "1",
+    ), said
+    assert second["participants"] == "0", said
+    assert "round 2: secure aggregation failed: after training, " in said
+    assert "the model stays" in said and second["test_accuracy"] == first["test_accuracy"]
+    assert int(third["participants"]) >= 2 and third["secagg_summed"] == third["participants"]
+    assert third["test_accuracy"] != second["test_accuracy"]
 
 
 @pytest.mark.parametrize(
