@@ -31,7 +31,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.logger import log as flwr_log
 from torch import nn
 
-from client_app.addons import ClientHooks
+from client_app.addons import ClientHooks, LocalData
 from client_app.algorithms.base import LocalRule
 from client_app.compression import compress_model
 from client_app.handshake import handshake_reply
@@ -212,9 +212,7 @@ def _ask(got: Incoming, msg: Message) -> Message:
 def _weighing(msg: Message, context: Context, sources: Sources) -> MetricRecord:
     """What the server weighs this client by before it trains (SecAgg+'s setup): its
     examples and the hooks' weighing metrics, against the round's config the setup carries."""
-    config_json = run_config(context)
-    node = NodeIdentity.from_context(context)
-    data = sources.training(config_from_json(config_json), node)
+    config_json, node, data = _node_training(context, sources)
     config = msg.content.config_records[protocol.CONFIG]
     metrics = MetricRecord(
         {protocol.PARTITION_ID: node.partition_id, protocol.NUM_EXAMPLES: len(data[1])}
@@ -226,14 +224,19 @@ def _weighing(msg: Message, context: Context, sources: Sources) -> MetricRecord:
 
 def _summand(msg: Message, context: Context, sources: Sources) -> np.ndarray:
     """This client's term of the secure sum the message names (the add-on's that sums it)."""
-    config_json = run_config(context)
+    config_json, _, data = _node_training(context, sources)
     name = str(msg.content.config_records[protocol.CONFIG][protocol.SECURE_SUM])
     hook = next((h for h in _addons(config_json) if h.summed == name), None)
     if hook is None:
         raise ValueError(f"this run's client contributes to no secure sum '{name}'")
-    return hook.summand(
-        sources.training(config_from_json(config_json), NodeIdentity.from_context(context))
-    )
+    return hook.summand(data)
+
+
+def _node_training(context: Context, sources: Sources) -> tuple[str, NodeIdentity, LocalData]:
+    """The run's config, this node, and its training data (read once, then cached)."""
+    config_json = run_config(context)
+    node = NodeIdentity.from_context(context)
+    return config_json, node, sources.training(config_from_json(config_json), node)
 
 
 @functools.lru_cache(maxsize=2)

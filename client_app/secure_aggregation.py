@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord
 from flwr.client.mod import secaggplus_mod
+from flwr.client.mod.secure_aggregation.secaggplus_mod import SecAggPlusState
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 from flwr.common.secure_aggregation.secaggplus_constants import (
     RECORD_KEY_CONFIGS,
@@ -60,8 +61,8 @@ def secure_train(
 def _as_fitres(msg: Message, context: Context, train: Train, summand: Summand) -> Message:
     config = msg.content.config_records[protocol.CONFIG]
     if protocol.SECURE_SUM in config:  # weighed max_weight: its average times n is the sum
-        state = context.state.config_records[RECORD_KEY_STATE]
-        most, clip = float(state["max_weight"]), float(state["clipping_range"])
+        state = _mod_state(context)
+        most, clip = state.max_weight, state.clipping_range
         term = summand(msg, context)
         if np.abs(term).max(initial=0.0) > clip * most:
             raise ValueError(
@@ -98,15 +99,20 @@ def _as_fitres(msg: Message, context: Context, train: Train, summand: Summand) -
 
 def _ratio(weight: float, context: Context) -> float:
     """The mod's quantised weight r = round(w / max_weight * T) / T (T its target range)."""
-    state = context.state.config_records[RECORD_KEY_STATE]
-    levels = int(state["target_range"])
-    r = round(weight / float(state["max_weight"]) * levels) / levels
+    state = _mod_state(context)
+    levels = state.target_range
+    r = round(weight / state.max_weight * levels) / levels
     if r == 0:
         raise ValueError(
             "this client's weight rounds to 0 under secure aggregation: the records it must "
             "add to the sum cannot travel (raise secagg.quantization_range)"
         )
     return r
+
+
+def _mod_state(context: Context) -> SecAggPlusState:
+    """The protocol's numbers as the mod keeps them since its setup stage."""
+    return SecAggPlusState(**context.state.config_records[RECORD_KEY_STATE])
 
 
 def _fitres_reply(

@@ -239,7 +239,7 @@ class RoundDriver:
                 raise RunFailed(
                     f"the secure sum of {addon.name}'s {name} failed: {failed}"
                 ) from None
-            addon.take_secure_sum(total, clients)
+            addon.take_secure_sum(total)
             run_log.say(f"{addon.name}: {name} of {clients} clients summed securely")
 
     def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:

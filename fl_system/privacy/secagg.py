@@ -147,7 +147,8 @@ def check_secagg(cfg: DictConfig, strategy: Any) -> None:
     if (privacy := cfg.privacy.name) not in ("none", *ON_CLIENTS):
         raise ConfigError(
             f"{head} does not compose with privacy={privacy}: the server clips each client's "
-            "update, which it no longer sees (privacy=local, noise on the clients, composes)"
+            "update, which it no longer sees (DP on the clients composes: privacy=local, "
+            "client_fixed, client_adaptive)"
         )
     if (system := cfg.system.name) != "none":
         raise ConfigError(

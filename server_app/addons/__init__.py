@@ -38,8 +38,8 @@ class ServerAddon:
         (secagg=secaggplus), while it still needs it; the driver sums it before the round."""
         return None
 
-    def take_secure_sum(self, total: list[np.ndarray], clients: int) -> None:
-        """The sum `secure_sum` named, over `clients` clients."""
+    def take_secure_sum(self, total: list[np.ndarray]) -> None:
+        """The sum `secure_sum` named, over every client the driver asked."""
         raise NotImplementedError(f"{type(self).__name__} asks for no secure sum")
 
     def shared_config(self) -> dict[str, Scalar | list[float]]:

@@ -76,7 +76,7 @@ class DiscoWeighting(ServerAddon):
         wanted = self.target == "global" and self.secure and self.summed_counts is None
         return DISCO_COUNTS if wanted else None
 
-    def take_secure_sum(self, total: list[np.ndarray], clients: int) -> None:
+    def take_secure_sum(self, total: list[np.ndarray]) -> None:
         """The clients' label counts in total: whole numbers, so the quantisation error
         (below one count for fewer than about a hundred clients) rounds away."""
         counts = np.rint(total[0])

@@ -179,7 +179,7 @@ def test_feddisco_target_global_sums_label_counts_securely_and_weighs_as_in_the_
     total, clients = exchange.sum(courier, None, question)  # type: ignore[arg-type]
     exact = sum(np.bincount(_data(i, 5)[0][1], minlength=3) for i in range(5))
     assert clients == 5 and float(np.max(np.abs(total[0] - exact))) < 0.5
-    disco.take_secure_sum(total, clients)
+    disco.take_secure_sum(total)
     assert disco.secure_sum() is None and disco.shared_config()[DISCO_TARGET] == target
 
     messages = _training(model, **{DISCO_TARGET: target})
