@@ -84,6 +84,7 @@ class Churn:
     federation: Federation
     hosts: list[str]
     num_partitions: int
+    extra: tuple[str, ...] = ()  # more fl-client arguments for every node
     nodes: dict[int, Node] = field(default_factory=dict)
     every_node: list[Node] = field(default_factory=list)
 
@@ -93,7 +94,7 @@ class Churn:
 
     def start(self, host: str, partition: int, key: Path) -> Node:
         proc, log = self.federation.client(
-            host, partition, key=key, num_partitions=self.num_partitions
+            host, partition, *self.extra, key=key, num_partitions=self.num_partitions
         )
         node = Node(host, partition, key, proc, log)
         self.nodes[partition] = node
@@ -203,11 +204,19 @@ class Outcome:
 
 
 def churned_run(
-    federation: Federation, hosts: list[str], plan: Plan, run_dir: Path, *, claimant: bool
+    federation: Federation,
+    hosts: list[str],
+    plan: Plan,
+    run_dir: Path,
+    *,
+    claimant: bool,
+    heartbeat: float | None = None,
 ) -> Outcome:
     """Start a node per host, take one down, submit the run, play the plan to the run's end
-    (with `claimant`, a node claiming partition 0 comes after round 1), stop every node."""
-    nodes = Churn(federation, hosts, num_partitions=len(hosts))
+    (with `claimant`, a node claiming partition 0 comes after round 1), stop every node.
+    `heartbeat`: the nodes' fl-client --heartbeat (None: fl-client's default)."""
+    beat = () if heartbeat is None else ("--heartbeat", str(heartbeat))
+    nodes = Churn(federation, hosts, num_partitions=len(hosts), extra=beat)
     nodes.start_nodes()
     for node in nodes.every_node:
         assert wait_for_admission(node, 90), node.log.read_text()

@@ -31,7 +31,8 @@ def test_a_run_completes_through_churn_and_takes_every_returning_node_back(
 ) -> None:
     plan = churn.draw(SEED, ROUNDS, len(HOSTS), in_run=3)
     run_dir = federation.work / "run"
-    outcome = churn.churned_run(federation, HOSTS, plan, run_dir, claimant=True)
+    # nodes beat every 2 s: a killed one is counted gone in 4 s, not fl-client's default 10
+    outcome = churn.churned_run(federation, HOSTS, plan, run_dir, claimant=True, heartbeat=2)
     assert outcome.code == 0, outcome.output[-3000:]
     assert "final accuracy" in outcome.output
     for name in ("summary.json", "checkpoint.npz", "curve.png", "config.yaml"):
