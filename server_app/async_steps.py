@@ -16,11 +16,9 @@ slot in turn; a node found gone is forgotten. `async_loop.AsyncLoop` orders what
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
@@ -31,14 +29,11 @@ from fl_system.learning.compression import Compression
 from fl_system.learning.seeding import derive_seed
 from fl_system.messages import protocol, wire
 from server_app.async_clocks import Times
+from server_app.async_in_flight import Broadcasts, InFlight, Sent
 from server_app.async_loop import AsyncLoop, Step, StepRule, Update
 from server_app.async_state import PREFIX, AsyncState, decode, encode
-from server_app.async_tally import Outcome, StepTally
-from server_app.compression import expand_reply
-from server_app.exchange import FIRST_POLL_SECONDS, poll_wait
+from server_app.async_tally import StepTally
 from server_app.federated.replies import arrays_like
-from server_app.federated.screening import unpack_replies
-from server_app.nodes import LOST
 from server_app.rounds import RoundPlan, RunFailed
 from server_app.stragglers import Stragglers
 
@@ -49,27 +44,6 @@ Content = Callable[[RoundPlan, int], RecordDict]  # the strategy's message for a
 Refresh = Callable[[Iterable[int]], Mapping[int, int]]  # nodes gone -> node -> partition now
 
 
-class Broadcasts(Protocol):
-    """compression.down's side of the federation (`Federation`): the global model sent as
-    the broadcasts each client misses, confirmed by replies, moved on by each step."""
-
-    def outgoing(
-        self,
-        messages: Sequence[Message],
-        nodes: Mapping[int, int],
-        model: ArrayRecord,
-        version: int,
-    ) -> list[Message]: ...
-
-    def confirm(self, replies: Sequence[Message]) -> None: ...
-
-    def forget_clients(self) -> None: ...
-
-    def commit(
-        self, arrays: ArrayRecord, server_round: int, *, keep_pending: bool
-    ) -> tuple[ArrayRecord, dict[str, int]]: ...
-
-
 @dataclass(frozen=True)
 class AsyncSettings:
     """The `async.*` group: clients at once, updates per step, the stalest update kept."""
@@ -77,15 +51,6 @@ class AsyncSettings:
     concurrency: int
     buffer_size: int
     max_staleness: int | None
-
-
-@dataclass
-class _Sent:
-    partition: int
-    node: int
-    model: ArrayRecord  # what it was sent (its reply is checked against its layout)
-    down_bytes: int
-    start: float
 
 
 @dataclass(frozen=True)
@@ -116,22 +81,18 @@ class AsyncSteps:
         self.settings = settings
         self.rule = rule
         self.times = times
-        self.compression = compression  # compression.up: replies decoded against their model
         self.stragglers = stragglers  # stragglers.*: each draw's budget of local steps
         self.broadcasts = broadcasts  # compression.down
         self._broadcast: dict[str, int] = {}  # the last step's broadcast, for its row
         self._names = ArrayRecord()  # the model's layer names, for a step's broadcast
         self.seed = seed
-        self.timeout = timeout
+        self.flight = InFlight(times, timeout, compression, broadcasts)
         self.loop: AsyncLoop | None = None
-        self._sent: dict[int, _Sent] = {}  # task id -> what went
-        self._pending: dict[str, int] = {}  # message id -> task id
         self._tasks_sent = 0  # restored by a resume: the draws go on where they were
         self.tally = StepTally()  # since the last step
         self._model: tuple[int, ArrayRecord] | None = None  # the version sent, as a record
         self._restored: AsyncState | None = None
         self._resend: list[int] = []  # restored tasks to send again
-        self._gone: set[int] = set()  # nodes a task found gone since the last refresh
 
     # ----- one server step -------------------------------------------------------------------
     def step(
@@ -163,15 +124,15 @@ class AsyncSteps:
                 if all(u.task is not task for u in loop.buffer):  # dropped, failed or lost
                     self.tally.check_progress(self.settings.concurrency)
                 continue
-            if not self._pending:
+            if not self.flight.pending:
                 raise RunFailed("no task is in flight and none can be sent: no client is left")
-            if not self._collect(grid, loop) and time.monotonic() - waited > self.timeout:
-                self._lose_all(loop)
+            got = self.flight.collect(grid, loop, self.tally)
+            if not got and time.monotonic() - waited > self.flight.timeout:
+                self.flight.lose_all(loop, self.tally)
                 waited = time.monotonic()
-            if self._gone:
+            if gone := self.flight.take_gone():
                 out.partition_node.clear()
-                out.partition_node.update({p: n for n, p in refresh(self._gone).items()})
-                self._gone = set()
+                out.partition_node.update({p: n for n, p in refresh(gone).items()})
 
     def _loop(self, arrays: ArrayRecord) -> AsyncLoop:
         if self.loop is None:
@@ -223,8 +184,8 @@ class AsyncSteps:
             size = flwr_hooks.wire_sizes([message])[0]
             earliest = self.times.earliest(partition, start, size.content, steps)
             task = loop.send(partition, earliest, start=start, steps=steps)
-            sent = _Sent(partition, message.metadata.dst_node_id, model, size.content, start)
-            self._push(out, message, task.task_id, sent)
+            sent = Sent(partition, message.metadata.dst_node_id, model, size.content, start)
+            self.flight.push(out.grid, message, task.task_id, sent)
             self._tasks_sent += 1
             self.tally.bytes_down += size.whole
 
@@ -250,7 +211,9 @@ class AsyncSteps:
             message, model = self._message(loop, out, task.partition, task.version, task.steps)
             size = flwr_hooks.wire_sizes([message])[0].content
             node = message.metadata.dst_node_id
-            self._push(out, message, task_id, _Sent(task.partition, node, model, size, task.start))
+            self.flight.push(
+                out.grid, message, task_id, Sent(task.partition, node, model, size, task.start)
+            )
         self._resend = []
 
     def _message(
@@ -279,11 +242,6 @@ class AsyncSteps:
         message.content = wire.pack(message.content)
         return message, model
 
-    def _push(self, out: _Outbox, message: Message, task_id: int, sent: _Sent) -> None:
-        (message_id,) = out.grid.push_messages([message])
-        self._pending[str(message_id)] = task_id
-        self._sent[task_id] = sent
-
     def _record(self, loop: AsyncLoop, arrays: ArrayRecord, version: int) -> ArrayRecord:
         """A model as a record with `arrays`' layer names; the current one made once."""
         if version != loop.version:
@@ -291,68 +249,6 @@ class AsyncSteps:
         if self._model is None or self._model[0] != loop.version:
             self._model = (loop.version, arrays_like(arrays, loop.model))
         return self._model[1]
-
-    # ----- receiving ---------------------------------------------------------------------------
-    def _collect(self, grid: Grid, loop: AsyncLoop) -> bool:
-        """Pull the replies that came (waiting a little first if none has); whether any did."""
-        wait = FIRST_POLL_SECONDS
-        deadline = time.monotonic() + 1.0
-        while True:
-            started = time.monotonic()
-            got = list(grid.pull_messages(list(self._pending)))
-            for reply in got:
-                self._received(loop, reply)
-            self.times.looked(loop.timeline)
-            if got or time.monotonic() >= deadline:
-                return bool(got)
-            time.sleep(wait)
-            wait = poll_wait(wait, time.monotonic() - started)
-
-    def _received(self, loop: AsyncLoop, reply: Message) -> None:
-        task_id = self._pending.pop(reply.metadata.reply_to_message_id)
-        sent = self._sent.pop(task_id)
-        if self.broadcasts is not None:
-            self.broadcasts.confirm([reply])
-        size = flwr_hooks.wire_sizes([reply])[0] if not reply.has_error() else None
-        if size is not None:
-            reply.content = wire.unpack(reply.content)
-            if self.compression is not None:
-                expand_reply(self.compression, sent.model, reply)
-        up = size.whole if size is not None else 0
-        ok, failures = unpack_replies([reply], sent.model)
-        task = loop.timeline.get(task_id)
-        if not ok:  # comes to nothing when it would have finished at the soonest
-            if reply.has_error() and reply.error.code in LOST:
-                self._gone.add(sent.node)
-            log.warning("task %d (partition %d): %s", task_id, sent.partition, failures[0].reason)
-            why = f"partition {sent.partition}: {failures[0].reason}"
-            self.tally.outcomes[task_id] = Outcome(up, failure=why)
-            loop.arrived(task_id, self.times.failed(task.earliest), None)
-            return
-        (client,) = ok
-        assert size is not None
-        steps = client.metrics.get(protocol.NUM_STEPS)
-        finish, offline = self.times.finish(
-            task, sent.down_bytes, size.content, None if steps is None else float(steps)
-        )
-        if offline:  # gone first: the server learns of it no sooner than a reply could come
-            self.tally.outcomes[task_id] = Outcome(offline=True)
-            loop.arrived(task_id, finish, None)
-            return
-        loss = float(client.metrics.get(protocol.TRAIN_LOSS, math.nan))
-        self.tally.outcomes[task_id] = Outcome(up, loss=loss)
-        loop.arrived(task_id, finish, client.arrays, float(client.num_examples), client)
-
-    def _lose_all(self, loop: AsyncLoop) -> None:
-        """round_timeout passed without a reply: every task in flight is lost."""
-        log.warning(
-            "no reply for %.0f s: %d tasks in flight are lost", self.timeout, len(self._pending)
-        )
-        for task_id in list(self._pending.values()):
-            self._sent.pop(task_id, None)
-            self.tally.failed += 1
-            loop.lost(task_id)
-        self._pending.clear()
 
     # ----- the step's row and the checkpoint -------------------------------------------------
     def _row(self, step: Step) -> dict[str, float]:

@@ -1,8 +1,8 @@
 """The round driver: our replacement for Flower's fixed `Strategy.start` loop.
 
-It calls the strategy's Flower methods as `Strategy.start` does (`configure_train`, the
-training exchange, `aggregate_train`, `configure_evaluate`, `aggregate_evaluate`) and adds
-what a real run needs around them: central evaluation every `eval_every` rounds, a run
+It calls the strategy's Flower methods as `Strategy.start` does (each round's training in
+`server_app.training_round`; `configure_evaluate`, `aggregate_evaluate`) and adds what a real
+run needs around them: central evaluation every `eval_every` rounds, a run
 directory (config, metrics, summary, curve, checkpoint), resume, a target-accuracy stop, a
 failed run named with its reasons, byte counting and a progress line per round. Every
 exchange of a round, the strategy's own and the training one, goes through the strategy's
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,7 +28,6 @@ from fl_system.learning import score
 from fl_system.learning.devices import evaluation_threads, resolve_device
 from fl_system.learning.evaluation import counts_for
 from fl_system.learning.own_model import build_model
-from fl_system.messages import protocol
 from fl_system.privacy.secagg import settings_of as secagg_settings
 from fl_system.records import run_log
 from fl_system.records.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -44,13 +43,12 @@ from fl_system.records.run_dir import RunPaths
 from fl_system.records.tracking import chosen
 from fl_system.records.tracking.base import FAILED
 from fl_system.records.tracking.session import TrackedRun
-from server_app.federated.asynchronous import AsynchronousStrategy
 from server_app.federated.strategy import FederatedStrategy
 from server_app.federation import Federation
 from server_app.privacy import Privacy
-from server_app.rounds import NodeRefused, RoundRecord, RunFailed, grouped_reasons
-from server_app.secure_aggregation import SecAggFailed
+from server_app.rounds import NodeRefused, RunFailed
 from server_app.secure_exchange import SecureExchange
+from server_app.training_round import TrainingRound
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +65,10 @@ class RoundDriver:
         self.federation: Federation = self.strategy.federation
         self.privacy = Privacy(self.strategy, cfg)
         settings = secagg_settings(cfg)
-        self.secure = SecureExchange(settings) if settings is not None else None
+        secure = SecureExchange(settings) if settings is not None else None
+        self.training = TrainingRound(
+            self.strategy, self.privacy, secure, grid, min_clients=cfg.min_clients or 1
+        )
         self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(
@@ -129,7 +130,7 @@ class RoundDriver:
         last_eval: tuple[float, float] | None = None
         ended = elapsed_before  # the training clock at the end of the previous round
         for rnd in range(start_round, cfg.num_rounds + 1):
-            arrays, row, scored = self._round(rnd, arrays)
+            arrays, row, scored = self.training(rnd, arrays)
             if test is not None and (rnd % cfg.eval_every == 0 or rnd == cfg.num_rounds):
                 if scored is None:  # the model clients hold (or, server_apply=full, its own)
                     scored = self.federation.scored(arrays)
@@ -164,83 +165,6 @@ class RoundDriver:
                 run_log.say(f"target {score.column(cfg)} {target} reached at round {rnd}: stopping")
                 break
         return self._finish()
-
-    # ----- one round ---------------------------------------------------------------------
-    def _round(self, rnd: int, arrays: ArrayRecord) -> tuple[ArrayRecord, dict, ArrayRecord | None]:
-        """The new global model, the metrics row and the model to evaluate."""
-        if isinstance(self.strategy, AsynchronousStrategy):  # a round is one server step
-            arrays, row = self.strategy.async_step(self.grid, arrays)
-            up, down = self.federation.take_handshake_bytes()
-            row["bytes_up"] += up
-            row["bytes_down"] += down
-            return arrays, {"round": rnd, **row}, None
-        courier = self.federation.courier
-        if self.secure is not None:
-            self._secure_sums()
-        messages = self.flower.configure_train(rnd, arrays, ConfigRecord(), self.grid)
-        if self.secure is None:
-            replies = courier.send(self.grid, messages, "train").replies
-        else:
-            weigh, summed = self.strategy.weights_before_training, self.strategy.summed_up
-            replies, failed = self.secure.send(courier, self.grid, messages, weigh, summed)
-            if failed is not None:  # the model stays; the next round runs
-                log.warning("round %d: secure aggregation failed: %s; the model stays", rnd, failed)
-                return arrays, {"round": rnd, "participants": 0, "failures": len(messages)}, None
-        with self.privacy.noise(rnd):
-            released, _ = self.flower.aggregate_train(rnd, replies)
-        record = self.strategy.last_round
-        if record is None or record.plan.round != rnd:  # a DP wrapper refused the replies
-            failed = sum(r.has_error() for r in replies)
-            log.warning(
-                "round %d: %d of %d replies were errors and Flower's DP wrapper aggregates "
-                "no round with an error: the model stays",
-                rnd,
-                failed,
-                len(replies),
-            )
-            return arrays, {"round": rnd, "participants": 0, "failures": failed}, None
-        if record.idle:
-            failed = len(record.result.failures)
-            row = {"round": rnd, "participants": 0, "failures": failed, **record.result.metrics}
-            return arrays, row, None
-        result = record.result
-        if released is None or result.participants < (self.cfg.min_clients or 1):
-            reasons = grouped_reasons(result.failures)
-            raise RunFailed(
-                f"round {rnd}: {result.participants} usable replies of {record.chosen} sent"
-                + (f", {courier.timed_out} timed out" if courier.timed_out else "")
-                + (f" ({reasons})" if reasons else "")
-            )
-        publish, privacy_columns = self.privacy.release(record)
-        row = {**_round_row(self.federation, rnd, record), **privacy_columns}
-        if self.secure is not None:
-            row.update(self.secure.columns)
-        if not publish:
-            return arrays, row, None
-        return released, row, result.scored
-
-    def _secure_sums(self) -> None:
-        """The sums an add-on needs only in total (FedDisco's label counts with
-        target=global), run as SecAgg+ over every connected node before the first round that
-        needs them; a sum that cannot finish ends the run (the add-on cannot do without)."""
-        assert self.secure is not None
-        for addon in self.strategy.addons:
-            name = addon.secure_sum()
-            if name is None:
-                continue
-            nodes = self.federation.connect(self.grid).refresh(float(self.cfg.round_timeout))
-            asked = ConfigRecord({protocol.SECURE_SUM: name})
-            messages = [
-                Message(RecordDict({protocol.CONFIG: asked}), n, MessageType.TRAIN) for n in nodes
-            ]
-            try:
-                total, clients = self.secure.sum(self.federation.courier, self.grid, messages)
-            except SecAggFailed as failed:
-                raise RunFailed(
-                    f"the secure sum of {addon.name}'s {name} failed: {failed}"
-                ) from None
-            addon.take_secure_sum(total)
-            run_log.say(f"{addon.name}: {name} of {clients} clients summed securely")
 
     def _evaluate_centrally(self, model: torch.nn.Module, x, y) -> dict[str, float]:
         """The test_* columns: the reported metrics of the model on the server's test data."""
@@ -308,35 +232,6 @@ class RoundDriver:
         run_log.say(run_log.summary_line(summary))
         run_log.say(run_log.done_line(summary, self.paths.root))
         return summary
-
-
-def _round_row(federation: Federation, rnd: int, record: RoundRecord) -> dict:
-    """The round's metrics.csv row: who took part, what moved, the strategy's columns."""
-    courier = federation.courier
-    tallies = courier.tallies
-    handshake_up, handshake_down = federation.take_handshake_bytes()
-    row: dict = {
-        "round": rnd,
-        "participants": record.result.participants,
-        "failures": len(record.result.failures) + courier.timed_out,
-        "bytes_up": sum(t.bytes_up for t in tallies.values()) + handshake_up,
-        "bytes_down": sum(t.bytes_down for t in tallies.values()) + handshake_down,
-    }
-    if federation.compression is not None:  # what the encoded updates weighed
-        row["update_bytes_up"] = record.updates.update_bytes
-        row["update_bits_naive"] = round(record.updates.bits_naive)
-        row["update_bits_golomb"] = round(record.updates.bits_golomb)
-    if len(tallies) > 1:  # several exchanges: each one's traffic and time
-        for label, t in tallies.items():
-            row[f"bytes_up_{label}"] = t.bytes_up
-            row[f"bytes_down_{label}"] = t.bytes_down
-            row[f"seconds_{label}"] = round(t.seconds, 3)
-    row.update(record.broadcast)
-    client_eval = federation.client_eval
-    if client_eval is not None and client_eval.due(rnd):
-        row.update(client_eval.local_columns(record.replies))
-    row.update({k: v for k, v in record.result.metrics.items() if not isinstance(v, list)})
-    return row
 
 
 def _summary(
