@@ -64,7 +64,14 @@ def algorithms(root: Path) -> list[str]:
 def cases(rounds: int, algorithms: list[str]) -> list[Case]:
     """Every algorithm given, then the layers around a strategy."""
     # TACO's default lam (T/5 = 1 strike at 3 rounds) would expel every client after round 1
-    extra = {"taco": (STEPS, "algorithm.lam=6"), "fedgsnr": (STEPS,)}
+    # FedBuff and FedAsync order updates by when clients finish: on a virtual clock
+    clocked = ("system=profiles", "async.concurrency=2")
+    extra = {
+        "taco": (STEPS, "algorithm.lam=6"),
+        "fedgsnr": (STEPS,),
+        "fedbuff": (*clocked, "async.buffer_size=2"),
+        "fedasync": clocked,
+    }
     out = [Case(a, (f"algorithm={a}", *extra.get(a, ()))) for a in algorithms]
     out += [
         Case("scaffold + disco", ("algorithm=scaffold", "algorithm.disco.enabled=true")),
