@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def training_flops_per_sample(model: object, input_shape: Sequence[int]) -> floa
     return counter.total / 2
 
 
-def _flop_counter() -> object:
+def _flop_counter() -> Any:  # a class made here: torch is imported only when counting
     """A dispatch mode that adds up torch's own per-operator FLOP formulas (the registry
     `FlopCounterMode` reads, with its arguments), so its total is `FlopCounterMode`'s.
 
