@@ -77,14 +77,20 @@ def test_a_killed_restartable_process_is_started_again_and_its_leftovers_ended(
         assert procs.restart_exited() == []
         # Killed again at once (within the grace): a kill is not a failure, so again.
         _wait_for(lambda: "child" in log.read_text().split("started")[-1])
+        procs.watch()  # as fl-run looks while it follows a run: the new child is known
+        child = int(log.read_text().split("child ")[2].split()[0])
         os.kill(second.pid, signal.SIGKILL)
         second.wait(timeout=10)
         assert procs.restart_exited() == [("node 0", -signal.SIGKILL)]
+        _wait_for(lambda: not alive(child))
         ((_, third),) = procs.procs
         assert third.pid != second.pid and third.poll() is None
+        _wait_for(lambda: log.read_text().count("child") == 3)
+        child = int(log.read_text().split("child ")[3].split()[0])
     finally:
         procs.stop()
     assert not alive(third.pid)
+    _wait_for(lambda: not alive(child), timeout=5)  # in a session of its own, ended too
 
 
 def test_a_restarted_process_that_fails_at_once_stays_dead(tmp_path: Path) -> None:
