@@ -326,11 +326,13 @@ def fl_run(
         )
 
 
-def kill_supernode(client: subprocess.Popen) -> None:
-    """SIGKILL the SuperNode of an fl-client, which reports its end and exits."""
+def kill_supernode(client: subprocess.Popen, *, wait: bool = True) -> None:
+    """SIGKILL the SuperNode of an fl-client, which reports its end and exits (`wait`: for
+    that exit)."""
     supernode = next(p for p in descendants(client.pid) if "bin/fl-supernode" in _cmd(p))
     signal_pid(supernode, signal.SIGKILL)
-    client.wait(timeout=60)
+    if wait:
+        client.wait(timeout=60)
 
 
 def signal_pid(pid: int, sig: int) -> None:

@@ -67,9 +67,13 @@ def test_secure_aggregation_across_hosts_survives_a_node_killed_after_key_sharin
             for p, at in list(kills.items()):
                 proc, log = nodes[p]
                 if log.read_text().count("Receiving: train message") >= at:
-                    churn.kill_supernode(proc)
+                    # not waiting for its fl-client to exit: partitions 2 and 3 get their
+                    # round-2 training messages together, and each must die before it replies
+                    churn.kill_supernode(proc, wait=False)
                     del kills[p]
             time.sleep(0.02)
+        for p in (2, 3, 4):
+            nodes[p][0].wait(timeout=60)  # each fl-client exits once its SuperNode is gone
         assert run.wait(timeout=300) == 0, out.read_text()[-3000:]
     finally:
         if run.poll() is None:
