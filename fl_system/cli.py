@@ -25,7 +25,7 @@ from fl_system.config.overrides import (
 from fl_system.config.validation import check_values
 from fl_system.data import DataError, PartitionError
 from fl_system.learning.app_supplied import refuse_in_fl_run
-from fl_system.records import tracking
+from fl_system.records import run_log, tracking
 from fl_system.records.checkpoint import CheckpointError
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime import startup
@@ -121,8 +121,8 @@ def run_experiment(cfg: DictConfig) -> dict:
     looks = "".join(f"\n{line}" for line in tracking.where_to_look(cfg, paths.root))
     print(
         f"{judged}final accuracy {_fmt(summary['final_accuracy'])} "
-        f"(best {_fmt(summary['best_accuracy'])}) after {summary['rounds']} "
-        f"{summary.get('round_unit', 'round')}{'' if summary['rounds'] == 1 else 's'}: "
+        f"(best {_fmt(summary['best_accuracy'])}) after "
+        f"{run_log.how_many(summary['rounds'], summary.get('round_unit', 'round'))}: "
         f"{summary['wall_seconds']:.1f} s training, {clocked}"
         f"{startup.elapsed():.1f} s in all (start-up included)\n"
         f"run directory: {paths.root}{looks}",

@@ -61,6 +61,7 @@ class RoundDriver:
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
         self.strategy: FederatedStrategy = build_strategy(cfg)
+        self.unit = run_log.round_unit(cfg)  # what num_rounds counts, in the log's lines
         assert self.strategy.federation is not None
         self.federation: Federation = self.strategy.federation
         self.privacy = Privacy(self.strategy, cfg)
@@ -158,11 +159,13 @@ class RoundDriver:
                     row.get("train_loss"),
                     elapsed - ended,  # one clock: the rows' wall_seconds apart
                     elapsed,
+                    self.unit,
                 )
             )
             ended = elapsed
             if reached:
-                run_log.say(f"target {score.column(cfg)} {target} reached at round {rnd}: stopping")
+                reached_at = f"reached at {self.unit} {rnd}: stopping"
+                run_log.say(f"target {score.column(cfg)} {target} {reached_at}")
                 break
         return self._finish()
 
@@ -199,7 +202,7 @@ class RoundDriver:
         self.privacy.load_state_dict({k: v for k, v in state.items() if Privacy.owns(k)})
         self.strategy.load_state_dict({k: v for k, v in state.items() if not Privacy.owns(k)})
         self.metrics.truncate_after(ckpt.round)
-        run_log.say(f"resuming after round {ckpt.round} from {self.paths.checkpoint}")
+        run_log.say(f"resuming after {self.unit} {ckpt.round} from {self.paths.checkpoint}")
         self.saved_round = ckpt.round
         return restored, ckpt.round + 1, ckpt.elapsed_seconds
 

@@ -11,9 +11,12 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from omegaconf import DictConfig
+
 PREFIX = "[fl_system] "
 _ROUND = re.compile(
-    r"\[fl_system\] round (\d+)/(\d+) \| acc ([0-9.]+|-) \|(?:.*\|)? ([0-9.]+) s this round \| "
+    r"\[fl_system\] (?:round|step) (\d+)/(\d+) \| acc ([0-9.]+|-) \|(?:.*\|)? ([0-9.]+) s this "
+    r"(?:round|step) \| "
     r"([0-9.]+) s training"
 )
 _SUMMARY = "summary "
@@ -26,6 +29,16 @@ def say(text: str) -> None:
     print(PREFIX + text, flush=True)
 
 
+def round_unit(cfg: DictConfig) -> str:
+    """What num_rounds counts: server steps for FedBuff and FedAsync (`asynchronous: true` in
+    their YAML), rounds for the rest."""
+    return "step" if cfg.algorithm.get("asynchronous") else "round"
+
+
+def how_many(count: int, unit: str) -> str:
+    return f"{count} {unit}{'' if count == 1 else 's'}"
+
+
 def round_line(
     rnd: int,
     total: int,
@@ -33,15 +46,16 @@ def round_line(
     train_loss: float | None,
     seconds: float,
     training: float,
+    unit: str = "round",
 ) -> str:
-    """`seconds` this round took; `training` the run's training time so far (from round 1's
-    start, the federation up; metrics.csv's wall_seconds); no train loss where a DP run
-    withholds it."""
+    """`seconds` this round (or server step, `unit`) took; `training` the run's training time
+    so far (from round 1's start, the federation up; metrics.csv's wall_seconds); no train
+    loss where a DP run withholds it."""
     acc = "-" if accuracy is None else f"{accuracy:.4f}"
     loss = "" if train_loss is None else f"train loss {train_loss:.4f} | "
     return (
-        f"round {rnd}/{total} | acc {acc} | {loss}"
-        f"{seconds:.1f} s this round | {training:.1f} s training | "
+        f"{unit} {rnd}/{total} | acc {acc} | {loss}"
+        f"{seconds:.1f} s this {unit} | {training:.1f} s training | "
         f"ETA {seconds * (total - rnd):.0f} s"
     )
 
@@ -53,7 +67,8 @@ def summary_line(summary: dict) -> str:
 def done_line(summary: dict, run_dir: object) -> str:
     return (
         f"{_DONE}final accuracy {summary['final_accuracy']}, best {summary['best_accuracy']}, "
-        f"{summary['rounds']} rounds, run directory {run_dir}"
+        f"{how_many(summary['rounds'], summary.get('round_unit', 'round'))}, "
+        f"run directory {run_dir}"
     )
 
 

@@ -41,6 +41,24 @@ def test_a_dp_runs_round_line_has_no_train_loss_and_still_gives_progress() -> No
     )
 
 
+def test_an_asynchronous_runs_lines_count_server_steps_and_still_give_progress() -> None:
+    line = run_log.round_line(1, 25, 0.5, 1.25, 0.84, 3.21, unit="step")
+    assert line == (
+        "step 1/25 | acc 0.5000 | train loss 1.2500 | 0.8 s this step | 3.2 s training | ETA 20 s"
+    )
+    log = RunLog()
+    log.feed("[fl_system] " + line + "\n")
+    assert (log.round, log.accuracy, log.round_seconds, log.training_seconds) == (1, 0.5, 0.8, 3.2)
+    summary = {
+        "final_accuracy": 0.5,
+        "best_accuracy": 0.5,
+        "rounds": 1,
+        "round_unit": "server step",
+    }
+    done = run_log.done_line(summary, "/runs/b")
+    assert done == "done: final accuracy 0.5, best 0.5, 1 server step, run directory /runs/b"
+
+
 def test_summary_and_failure_lines_round_trip_through_a_prefixed_stream() -> None:
     summary = {"final_accuracy": 0.8083, "rounds": 2, "best_round": 2, "target": math.nan}
     log = RunLog()

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from fl_system.records.checkpoint import checkpoint_round
 from fl_system.records.results import write_summary
 from fl_system.records.run_dir import RunPaths
-from fl_system.records.run_log import RunLog
+from fl_system.records.run_log import RunLog, round_unit
 from fl_system.runtime import startup
 from fl_system.runtime.launch import LaunchError
 from fl_system.runtime.launch.processes import ProcessGroup
@@ -54,7 +54,7 @@ class ProgressBar:
         self._offset = since  # a resumed run's log holds the earlier runs' lines before it
         self.bar = tqdm(
             total=int(cfg.num_rounds),
-            unit="step" if cfg.algorithm.get("asynchronous") else "round",
+            unit=round_unit(cfg),
             desc=f"{cfg.algorithm.name}/{cfg.dataset.name}",
             file=sys.stderr,
             dynamic_ncols=True,
