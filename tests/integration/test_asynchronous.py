@@ -15,6 +15,7 @@ from fl_system.records.checkpoint import load_checkpoint
 
 from .conftest import MLP_BYTES, kill_supernodes_mid_run, run_cli
 from .resumed import assert_same_end, history, metrics_rows
+from .tracked import tensorboard
 
 pytestmark = pytest.mark.integration
 
@@ -171,15 +172,22 @@ def test_fedbuff_compresses_both_ways_with_error_feedback_and_resumes_cleanly(
 
 
 def test_fedasync_steps_on_every_update(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    """A step per update, a freeloader (it echoes the last global update) among the four."""
+    """A step per update, a freeloader (it echoes the last global update) among the four;
+    tracked, each server step is one TensorBoard step with its staleness and virtual time."""
     args = [*BASE, "algorithm=fedasync", "system=profiles", "num_clients=4", "num_rounds=4"]
     args += ["async.concurrency=3", "async.staleness=hinge", "algorithm.mu=0.01"]
-    args += ["clients.freeloaders.ids=[0]"]
+    args += ["clients.freeloaders.ids=[0]", "tracking=tensorboard"]
     result = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cli_env)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = metrics_rows(tmp_path / "run")
     assert [int(r["participants"]) for r in rows] == [1, 1, 1, 1]
     assert float(rows[-1]["test_accuracy"]) > 0
+    events = tensorboard(tmp_path / "run")
+    for column in ("test_accuracy", "staleness_max", "virtual_clock"):
+        logged = events.Scalars(column)
+        assert [e.step for e in logged] == [1, 2, 3, 4], column
+        assert [e.value for e in logged] == pytest.approx([float(r[column]) for r in rows])
+    assert "step 4/4 | acc " in (tmp_path / "run" / "logs" / "serverapp.log").read_text()
 
 
 @pytest.mark.parametrize(
