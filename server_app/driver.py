@@ -164,8 +164,9 @@ class RoundDriver:
             )
             ended = elapsed
             if reached:
-                reached_at = f"reached at {self.unit} {rnd}: stopping"
-                run_log.say(f"target {score.column(cfg)} {target} {reached_at}")
+                run_log.say(
+                    f"target {score.column(cfg)} {target} reached at {self.unit} {rnd}: stopping"
+                )
                 break
         return self._finish()
 
