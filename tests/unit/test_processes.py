@@ -93,6 +93,27 @@ def test_a_killed_restartable_process_is_started_again_and_its_leftovers_ended(
     _wait_for(lambda: not alive(child), timeout=5)  # in a session of its own, ended too
 
 
+def test_a_node_killed_after_the_restart_pass_is_not_dead_but_started_again_next(
+    tmp_path: Path,
+) -> None:
+    """fl-run's loop restarts what exited, then looks for what died for good: a node killed
+    between the two (a second node killed while the first is being restarted) is restarted
+    by the next pass, not reported dead (that ended a run of SecAgg+ nodes killed together)."""
+    procs = ProcessGroup()
+    try:
+        sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+        node = procs.start("node 2", sleeper, tmp_path / "node.log", tool_env(), restart=True)
+        assert procs.restart_exited() == []
+        os.kill(node.pid, signal.SIGKILL)
+        node.wait(timeout=10)
+        assert procs.first_dead() is None
+        assert procs.restart_exited() == [("node 2", -signal.SIGKILL)]
+        ((_, again),) = procs.procs
+        assert again.pid != node.pid and again.poll() is None
+    finally:
+        procs.stop()
+
+
 def test_a_restarted_process_that_fails_at_once_stays_dead(tmp_path: Path) -> None:
     procs = ProcessGroup()
     try:

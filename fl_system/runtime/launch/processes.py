@@ -67,6 +67,12 @@ class _Launch:
     spawner: Spawner | None = None
 
 
+def _stays_dead(launch: _Launch, code: int) -> bool:
+    """A restarted process that exited by itself (not by a signal) within RESTART_GRACE
+    seconds is failing: it is not started again."""
+    return bool(launch.restarts) and code >= 0 and time.monotonic() - launch.started < RESTART_GRACE
+
+
 class ProcessGroup:
     """Starts commands in their own sessions and tears all of them down together."""
 
@@ -168,11 +174,8 @@ class ProcessGroup:
         for name, proc in list(self.procs):
             launch = self._launches.get(proc.pid)
             code = proc.poll()
-            if launch is None or code is None:
-                continue
-            failing = code >= 0 and time.monotonic() - launch.started < RESTART_GRACE
-            if launch.restarts and failing:
-                continue  # first_dead reports it
+            if launch is None or code is None or _stays_dead(launch, code):
+                continue  # first_dead reports one that stays dead
             self.drain(proc, timeout=2.0)
             self._end_leftovers(proc.pid)
             self.procs.remove((name, proc))
@@ -221,15 +224,19 @@ class ProcessGroup:
             copier.join(timeout)
 
     def first_dead(self, *, restartable: bool = True) -> tuple[str, subprocess.Popen, int] | None:
-        """(name, process, exit code) of a process that has exited, if any (of those not
-        started with `restart=True` only, when `restartable` is False)."""
+        """(name, process, exit code) of a process that has exited and stays dead, if any
+        (of those not started with `restart=True` only, when `restartable` is False). A
+        restartable one that `restart_exited` would start again is not dead: it may have died
+        since that was last called."""
         for name, proc in self.procs:
-            if not restartable and proc.pid in self._launches:
+            launch = self._launches.get(proc.pid)
+            if launch is not None and not restartable:
                 continue
             code = proc.poll()
-            if code is not None:
-                self.drain(proc, timeout=2.0)
-                return name, proc, code
+            if code is None or (launch is not None and not _stays_dead(launch, code)):
+                continue
+            self.drain(proc, timeout=2.0)
+            return name, proc, code
         return None
 
     def stop(self, grace: float = STOP_GRACE) -> None:
