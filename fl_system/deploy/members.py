@@ -9,8 +9,8 @@ private key never leaves it), the operator registers the `.pub` here, and the no
 connects and samples it from the next round. Unregistering a key ends that node's
 membership: the SuperLink refuses it from then on.
 
-Whoever reaches the Control API (:9093) can submit runs and register keys: keep it to the
-operators' network (firewall), as for submitting runs.
+Whoever reaches the Control API (the SuperLink's one port, :9092, since Flower 1.42 serves
+its Fleet and Control APIs together) can submit runs and register keys.
 """
 
 from __future__ import annotations
@@ -22,28 +22,26 @@ from pathlib import Path
 
 from fl_system.runtime.connection_checks import DeployError, require_file
 
-DEFAULT_CONTROL = "127.0.0.1:9093"  # the operator runs these on the server machine
-CALL_SECONDS = 30.0
+DEFAULT_CONTROL = "127.0.0.1:9092"  # the operator runs these on the server machine
 
 
 @contextmanager
 def control_api(address: str, ca: Path | None) -> Iterator[object]:
-    """A stub of the SuperLink's Control API (TLS checked against `ca`; plain text when
+    """A client of the SuperLink's Control API (HTTPS checked against `ca`; plain HTTP when
     `ca` is None), closed afterwards."""
-    from flwr.proto.control_pb2_grpc import ControlStub
-    from flwr.supercore.grpc import create_channel
-    from flwr.supercore.interceptors import RuntimeVersionClientInterceptor
+    from flwr.supercore.control.control_http_client import ControlHttpClient
+    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 
-    channel = create_channel(
+    client = ControlHttpClient.from_server_address(
         server_address=address,
         insecure=ca is None,
         root_certificates=ca.read_bytes() if ca else None,
-        interceptors=[RuntimeVersionClientInterceptor(component_name="fl-server")],
+        interceptors=[RuntimeVersionHttpInterceptor(component_name="fl-server")],
     )
     try:
-        yield ControlStub(channel)
+        yield client
     finally:
-        channel.close()
+        client.close()
 
 
 def key_bytes(path: Path) -> bytes:
@@ -108,13 +106,17 @@ def _node_with_key(stub: object, key: bytes) -> int | None:
 
 
 def _call(method, request: object, doing: str):
-    import grpc
+    import httpx
+    from flwr.supercore.error import FlowerError
 
     try:
-        return method(request, timeout=CALL_SECONDS)
-    except grpc.RpcError as err:
-        detail = err.details() if hasattr(err, "details") else str(err)
+        return method(request)
+    except httpx.HTTPStatusError as err:
+        error = FlowerError.from_json(err.response.text)
+        detail = error.message if error else f"HTTP {err.response.status_code}"
         raise DeployError(f"{doing} failed: {detail}") from None
+    except httpx.HTTPError as err:
+        raise DeployError(f"{doing} failed: {err}") from None
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

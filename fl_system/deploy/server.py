@@ -1,7 +1,9 @@
 """`fl-server`: a SuperLink with this project's defaults, for a machine of its own.
 
-Fleet API (SuperNodes) on 0.0.0.0:9092 and Control API (`fl-run runtime=remote`) on
-0.0.0.0:9093, state in a database under --state-dir (so a restarted SuperLink keeps its
+One port, 0.0.0.0:9092, for the SuperNodes (Fleet API) and the operators (Control API:
+`fl-run runtime=remote`, `flwr run`): Flower 1.42 serves both, and the Runtime API its
+ServerApps use, on one HTTP(S) port. State in a database under --state-dir (so a restarted
+SuperLink keeps its
 registered nodes), no runtime dependency installation, TLS from an `fl-certs` directory, and
 SuperNode authentication with the public keys given by --authorized-keys, registered as
 soon as the SuperLink is up; `<state-dir>/ready` exists from then until it stops (a
@@ -9,7 +11,10 @@ container health check). Plain text needs --insecure and prints a warning.
 
 Each submitted run's ServerApp is forked by a launcher that imported torch and the apps once
 (the SuperLink in `--isolation process`), as `runtime=local` does: Flower's SuperExec would
-start a fresh `flwr-serverapp` interpreter for every run, seconds of imports each.
+start a fresh `flwr-serverapp` interpreter for every run, seconds of imports each. The
+SuperLink hands ServerApp tasks only to calls signed with a secret made afresh at each start
+(Flower's SuperExec auth), which only that launcher holds: the Runtime API shares the public
+port.
 
 `fl-server register KEY.pub ...`, `unregister KEY.pub ...` and `nodes` change and list the
 SuperNodes of a SuperLink that runs (`fl_system.deploy.members`).
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -44,7 +50,7 @@ from fl_system.runtime.connection_checks import (
     split_address,
     start_piped,
 )
-from fl_system.runtime.launch.ports import free_port, port_open
+from fl_system.runtime.launch.ports import port_open
 from fl_system.runtime.launch.processes import tool_env
 from fl_system.runtime.superlink import LOG_ENV, LOG_LEVELS
 
@@ -84,21 +90,22 @@ def public_keys(paths: Sequence[Path]) -> list[Path]:
 
 
 def superlink_command(
-    args: argparse.Namespace, tls: tuple[Path, Path, Path] | None, appio_port: int
+    args: argparse.Namespace, tls: tuple[Path, Path, Path] | None, secret: Path
 ) -> list[str]:
+    host, port = split_address(args.address, "--address")
     cmd = [
         "fl-superlink",  # Flower's SuperLink, taking heartbeats down to 1 s apart (fl-client: 5)
-        "--fleet-api-address",
-        args.fleet_address,
-        "--control-api-address",
-        args.control_address,
+        "--host",
+        host,
+        "--port",
+        str(port),
         "--database",
         str(args.state_dir / "superlink.db"),
         "--disable-runtime-dependency-installation",
-        "--port",  # the SuperLink's internal runtime API, on loopback
-        str(appio_port),
         "--isolation",
         "process",  # the ServerApp launcher starts each run's ServerApp
+        "--superexec-auth-secret-file",
+        str(secret),
     ]
     if tls is None:
         cmd.append("--insecure")
@@ -111,10 +118,10 @@ def superlink_command(
     return cmd
 
 
-def launcher_command(appio_port: int, socket_path: Path) -> list[str]:
+def launcher_command(address: str, ca: Path | None, secret: Path, socket_path: Path) -> list[str]:
     """The ServerApp launcher, polling the SuperLink's runtime API for runs to start (it
     serves no SuperNode: nothing wakes its socket) and exiting when fl-server is gone."""
-    return [
+    cmd = [
         sys.executable,
         "-m",
         "fl_system.runtime.supernode.launcher",
@@ -123,25 +130,43 @@ def launcher_command(appio_port: int, socket_path: Path) -> list[str]:
         "--parent-pid",
         str(os.getpid()),
         "--serverapp-api-address",
-        f"127.0.0.1:{appio_port}",
+        address,
+        "--superexec-auth-secret-file",
+        str(secret),
     ]
+    return cmd + (["--root-certificates", str(ca)] if ca else [])
 
 
-def register_keys(keys: Sequence[Path], control_port: int, ca: Path | None) -> None:
-    """Register each key through the local Control API (`members.register`)."""
-    with members.control_api(f"127.0.0.1:{control_port}", ca) as stub:
+def local_address(address: str) -> str:
+    """Where a process on this machine reaches a SuperLink bound to `address`."""
+    host, port = split_address(address, "--address")
+    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "", "::") else address
+
+
+def new_secret(folder: Path) -> Path:
+    """A file only this user reads, holding 32 bytes from the operating system's entropy."""
+    path = folder / "superexec.secret"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(secrets.token_bytes(32))
+    return path
+
+
+def register_keys(keys: Sequence[Path], control: str, ca: Path | None) -> None:
+    """Register each key through the Control API at `control` (`members.register`)."""
+    with members.control_api(control, ca) as stub:
         for key in keys:
             _, new = members.register(stub, key)
             say(f"{'registered' if new else 'kept the registered'} SuperNode key {key.name}")
 
 
-def enroll(folder: Path, done: set[Path], control_port: int, ca: Path | None) -> set[Path]:
+def enroll(folder: Path, done: set[Path], control: str, ca: Path | None) -> set[Path]:
     """Register the keys in `folder` not seen yet; those seen now. A file that is no key is
     reported and left alone (the SuperLink goes on serving)."""
     new = sorted(set(folder.glob("*.pub")) - done) if folder.is_dir() else []
     for key in new:
         try:
-            register_keys([key], control_port, ca)
+            register_keys([key], control, ca)
         except DeployError as err:
             say(f"error: {folder.name}/{key.name} was not registered: {err}")
     return set(new)
@@ -149,9 +174,11 @@ def enroll(folder: Path, done: set[Path], control_port: int, ca: Path | None) ->
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fl-server", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fleet-address", default="0.0.0.0:9092", help="SuperNodes connect here")
     parser.add_argument(
-        "--control-address", default="0.0.0.0:9093", help="fl-run runtime=remote submits here"
+        "--address",
+        default="0.0.0.0:9092",
+        help="SuperNodes connect and operators submit here (fl-client --superlink, fl-run "
+        "runtime.address)",
     )
     parser.add_argument(
         "--certs", type=Path, help="an fl-certs directory: ca.crt, server.crt, server.key"
@@ -186,8 +213,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    fleet_host, fleet_port = split_address(args.fleet_address, "--fleet-address")
-    _, control_port = split_address(args.control_address, "--control-address")
+    host, port = split_address(args.address, "--address")
     if args.insecure and args.certs:
         raise DeployError("--insecure and --certs contradict each other; choose one")
     if not args.insecure and not args.certs:
@@ -201,43 +227,43 @@ def run(args: argparse.Namespace) -> int:
         )
     tls = tls_files(args.certs) if args.certs else None
     keys = public_keys(args.authorized_keys)
-    if args.insecure and not is_loopback(fleet_host):
+    if args.insecure and not is_loopback(host):
         say(
-            f"WARNING: plain text on {args.fleet_address}: model updates cross the network "
+            f"WARNING: plain text on {args.address}: model updates cross the network "
             "unencrypted and any machine can join"
         )
-    for port in (fleet_port, control_port):
-        if port_open("127.0.0.1", port):
-            raise DeployError(f"port {port} is already in use on this machine")
+    if port_open("127.0.0.1", port):
+        raise DeployError(f"port {port} is already in use on this machine")
     args.state_dir.mkdir(parents=True, exist_ok=True)
 
     ready = args.state_dir / READY_FILE
     ready.unlink(missing_ok=True)
     env = tool_env({LOG_ENV: args.log_level})
-    appio_port = free_port()
     work = Path(tempfile.mkdtemp(prefix="fl-server-"))
+    secret = new_secret(work)
+    here = local_address(args.address)
+    ca = tls[0] if tls else None
     # its own session: a Ctrl-C meant for fl-server does not end it first; fl-server does
     launcher = start_piped(
-        launcher_command(appio_port, work / "launcher.sock"), env, own_session=True
+        launcher_command(here, ca, secret, work / "launcher.sock"), env, own_session=True
     )
-    proc = start_piped(superlink_command(args, tls, appio_port), env)
+    proc = start_piped(superlink_command(args, tls, secret), env)
     outputs = [_echo_in_background(p) for p in (launcher, proc)]
     stopper = _Stopper(proc, launcher)
     try:
-        _wait_ports(proc, [fleet_port, control_port])
-        ca = tls[0] if tls else None
+        _wait_ports(proc, [port])
         if keys:
-            register_keys(keys, control_port, ca)
+            register_keys(keys, here, ca)
         enrolled: set[Path] = set()
-        ready.write_text(f"{args.fleet_address} {args.control_address}\n")
+        ready.write_text(f"{args.address}\n")
         say(
-            f"SuperLink ready: Fleet API {args.fleet_address}, Control API "
-            f"{args.control_address}, {'TLS' if tls else 'PLAIN TEXT'}"
+            f"SuperLink ready on {args.address} (SuperNodes and the Control API), "
+            f"{'TLS' if tls else 'PLAIN TEXT'}"
             + (f", {len(keys)} SuperNode keys authorised" if keys else "")
         )
         while (code := proc.poll()) is None:
             if args.enroll_dir is not None:
-                enrolled |= enroll(args.enroll_dir, enrolled, control_port, ca)
+                enrolled |= enroll(args.enroll_dir, enrolled, here, ca)
             if launcher.poll() is not None and not stopper.stopping:
                 raise DeployError(
                     f"the ServerApp launcher exited with code {launcher.returncode} (its output "

@@ -16,6 +16,6 @@ def raise_if(problems: list[str]) -> None:
     """FlwrInternalsChanged naming every problem found, if any."""
     if problems:
         raise FlwrInternalsChanged(
-            "the installed flwr differs from the 1.36 internals fl_system relies on: "
+            "the installed flwr differs from the 1.42 internals fl_system relies on: "
             + "; ".join(problems)
         )

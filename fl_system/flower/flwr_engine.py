@@ -1,4 +1,4 @@
-"""Flower's simulation engine as fl_system runs it: what we rely on inside flwr 1.36's
+"""Flower's simulation engine as fl_system runs it: what we rely on inside flwr 1.42's
 `vce_api` and `run_simulation`, which are not public API.
 
 - the apps are loaded by their component references, with the run config in the

@@ -1,6 +1,6 @@
-"""Everything we rely on inside flwr 1.36 that is not public API, in one place.
+"""Everything we rely on inside flwr 1.42 that is not public API, in one place.
 
-Flower's protocol stays as it is: the SuperNode pulls messages over gRPC, stores each one as a
+Flower's protocol stays as it is: the SuperNode pulls messages over HTTP, stores each one as a
 task, a SuperExec-style launcher claims the task for a token, and the ClientApp runs Flower's
 own `run_clientapp` with that token against the SuperNode's Runtime API. What we change is
 only *how fast* that happens:
@@ -83,9 +83,8 @@ def _node_loop_problems() -> list[str]:
         problems.append("start_client_internal no longer imports the time module")
     if "_pull_and_store_message(" not in loop_source:
         problems.append("start_client_internal no longer calls _pull_and_store_message")
-    retry_source = inspect.getsource(flwr_supernode_loop._make_fleet_connection_retry_invoker)
-    if "make_simple_grpc_retry_invoker()" not in retry_source:
-        problems.append("the SuperNode's connection no longer retries as it did")
+    if "_unary_unary" not in vars(_node_client().ProtobufClient):
+        problems.append("the SuperNode's Fleet client no longer calls through _unary_unary")
     return problems
 
 
@@ -131,29 +130,33 @@ REFUSED_LOG = "fl_system: the SuperLink refused this SuperNode's request:"
 def say_when_refused() -> None:
     """Log REFUSED_LOG and the SuperLink's reason when it refuses an activated node's call.
 
-    A SuperLink answers UNAUTHENTICATED once the node's key is unregistered ("Invalid node
-    ID") or its signed timestamp is off ("Invalid timestamp": a clock far off). Flower then
-    ends the SuperNode as if it were stopped, saying nothing more than that it terminated
-    gracefully; fl-client reads this line to tell its user why.
+    A SuperLink answers 401 once the node's key is unregistered or its signed timestamp is
+    off (a clock far off); Flower 1.42 gives both the one reason "Invalid SuperNode
+    authentication". Flower then ends the SuperNode as if it were stopped, saying nothing more
+    than that it terminated gracefully; fl-client reads this line to tell its user why.
     """
-    import grpc
+    import httpx
 
-    loop = supernode_loop()
-    make = loop.make_simple_grpc_retry_invoker
+    client_class = _node_client().FleetHttpClient
+    call = client_class._unary_unary
 
-    def make_saying() -> object:
-        invoker = make()
-        should_giveup = invoker.should_giveup
+    def calling(self: object, *args: object, **kwargs: object) -> object:
+        try:
+            return call(self, *args, **kwargs)
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code == httpx.codes.UNAUTHORIZED:
+                print(f"{REFUSED_LOG} {_reason(err.response)}", file=sys.stderr, flush=True)
+            raise
 
-        def giveup(err: Exception) -> bool:
-            if isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAUTHENTICATED:
-                print(f"{REFUSED_LOG} {err.details()}", file=sys.stderr, flush=True)
-            return should_giveup(err)
+    client_class._unary_unary = calling
 
-        invoker.should_giveup = giveup
-        return invoker
 
-    loop.make_simple_grpc_retry_invoker = make_saying
+def _reason(response: object) -> str:
+    """The `detail` of an HTTP error's JSON body, else its text."""
+    try:
+        return str(response.json().get("detail", response.text))  # type: ignore[attr-defined]
+    except ValueError:
+        return str(response.text)  # type: ignore[attr-defined]
 
 
 def run_supernode(flower_args: list[str]) -> None:
@@ -174,15 +177,30 @@ def supernode_loop() -> ModuleType:
 
 
 def _node_connection() -> ModuleType:
-    """The SuperNode's gRPC connection module, imported when used: it brings Flower's client
+    """The SuperNode's Fleet connection module, imported when used: it brings Flower's node
     stack (~0.3 s), which the ServerApp and fl-run, importing this module, never need."""
-    return importlib.import_module("flwr.client.grpc_rere_client.connection")
+    return importlib.import_module("flwr.supernode.fleet_http_connection")
+
+
+def _node_client() -> ModuleType:
+    """The SuperNode's Fleet HTTP client module (its heartbeat call's timeout lives there)."""
+    return importlib.import_module("flwr.supernode.fleet_http_client")
 
 
 def _fleet_handler() -> ModuleType:
-    """The SuperLink's Fleet API handler, imported when used: it brings the SuperLink's
+    """The SuperLink's Fleet API handlers, imported when used: they bring the SuperLink's
     state (SQLAlchemy, Alembic: ~0.5 s)."""
-    return importlib.import_module("flwr.server.superlink.fleet.message_handler.message_handler")
+    return importlib.import_module("flwr.superlink.servicer.fleet.fleet_handlers")
+
+
+def _heartbeat_readers() -> dict[ModuleType, tuple[str, ...]]:
+    """Each module of the SuperNode that reads a heartbeat constant, and the ones it reads."""
+    interval, timeout = "HEARTBEAT_DEFAULT_INTERVAL", "HEARTBEAT_CALL_TIMEOUT"
+    return {
+        _node_connection(): (interval,),
+        _node_client(): (timeout,),
+        flwr_heartbeat: (interval, timeout),
+    }
 
 
 def _http_grid() -> ModuleType:
@@ -193,14 +211,11 @@ def _http_grid() -> ModuleType:
 
 def _heartbeat_problems() -> list[str]:
     problems = []
-    flwr_node_connection = _node_connection()
-    for module in (flwr_node_connection, flwr_heartbeat):
-        for name in ("HEARTBEAT_DEFAULT_INTERVAL", "HEARTBEAT_CALL_TIMEOUT"):
+    for module, names in _heartbeat_readers().items():
+        for name in names:
             if not hasattr(module, name):
                 problems.append(f"{module.__name__} no longer reads {name}")
-    if "heartbeat_interval=HEARTBEAT_DEFAULT_INTERVAL" not in inspect.getsource(
-        flwr_node_connection
-    ):
+    if "heartbeat_interval=HEARTBEAT_DEFAULT_INTERVAL" not in inspect.getsource(_node_connection()):
         problems.append("the SuperNode no longer promises HEARTBEAT_DEFAULT_INTERVAL")
     sender = inspect.getsource(flwr_heartbeat.HeartbeatSender)
     if "HEARTBEAT_DEFAULT_INTERVAL - HEARTBEAT_CALL_TIMEOUT" not in sender:
@@ -224,9 +239,10 @@ def set_node_heartbeat(interval: float) -> None:
             f"got {interval}"
         )
     call_timeout = min(HEARTBEAT_CALL_TIMEOUT, interval / 2)
-    for module in (_node_connection(), flwr_heartbeat):
-        module.HEARTBEAT_DEFAULT_INTERVAL = interval  # type: ignore[attr-defined]
-        module.HEARTBEAT_CALL_TIMEOUT = call_timeout  # type: ignore[attr-defined]
+    values = {"HEARTBEAT_DEFAULT_INTERVAL": interval, "HEARTBEAT_CALL_TIMEOUT": call_timeout}
+    for module, names in _heartbeat_readers().items():
+        for name in names:
+            setattr(module, name, values[name])
 
 
 def run_superlink(flower_args: list[str]) -> None:

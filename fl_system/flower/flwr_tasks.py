@@ -1,10 +1,11 @@
-"""What the ClientApp launcher relies on inside flwr 1.36 that is not public API.
+"""What the ClientApp launcher relies on inside flwr 1.42 that is not public API.
 
-The launcher claims tasks with Flower's Runtime API client and exec plugins, runs each app in
-a forked child with Flower's own ClientApp or ServerApp runtime, installs each FAB once per
-machine and hash, and answers for a ClientApp killed by a signal at once. `problems()` names
-what moved in an installed flwr; `runtime.flwr_check.check()` (which the node, the launcher and the
-simulation call at start-up, and a unit test calls) includes it.
+The launcher acquires tasks with Flower's Runtime API client (one `AcquireTask` call claims a
+task of the kinds asked for), runs each app in a forked child with Flower's own ClientApp or
+ServerApp runtime, installs each FAB once per machine and hash, and answers for a ClientApp
+killed by a signal at once. `problems()` names what moved in an installed flwr;
+`runtime.flwr_check.check()` (which the node, the launcher and the simulation call at start-up,
+and a unit test calls) includes it.
 """
 
 from __future__ import annotations
@@ -17,34 +18,31 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
 
 import flwr.cli.install as flwr_install
+import flwr.supernode.nodestate.in_memory_nodestate as flwr_node_state
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import httpx
 from flwr.common.constant import SubStatus
-from flwr.proto.runtime_pb2 import (
-    ClaimTaskRequest,
-    PullPendingTasksRequest,
-    PushTaskOutputRequest,
-)
+from flwr.proto.runtime_pb2 import AcquireTaskRequest, PushTaskOutputRequest
+from flwr.supercore.constant import TaskType
 from flwr.supercore.interceptors import (
     RuntimeTokenHttpInterceptor,
     RuntimeVersionHttpInterceptor,
+    SuperExecAuthHttpInterceptor,
 )
 from flwr.supercore.logger import log as flwr_log
 from flwr.supercore.logger import mirror_output_to_queue, restore_output
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.retry.retry_invoker import RetryInvoker
 from flwr.supercore.runtime import RuntimeHttpClient
-from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult
-from flwr.supercore.superexec.plugin.clientapp_exec_plugin import ClientAppExecPlugin
-from flwr.supercore.superexec.plugin.serverapp_exec_plugin import ServerAppExecPlugin
 from flwr.supercore.utils import get_flwr_home
 from flwr.superlink.runtime import run_serverapp as flwr_run_serverapp
-from flwr.supernode.nodestate import InMemoryNodeState
 
+InMemoryNodeState = flwr_node_state.InMemoryNodeState
 CLAIM_RETRY_SECONDS = 10.0  # a Runtime API that does not answer this long is taken as gone
 
 
@@ -59,65 +57,71 @@ def problems() -> list[str]:
         params = set(inspect.signature(run).parameters)
         if not expected <= params:
             found.append(f"{name} lacks parameters {sorted(expected - params)}")
-    spec_fields = {"runtime_api_address", "token", "insecure", "parent_pid", "task_id"}
-    if not spec_fields <= set(ExecutionSpec.__dataclass_fields__):
-        found.append("ExecutionSpec changed its fields")
-    for name in ("PullPendingTasks", "ClaimTask", "PushTaskOutput"):
+    for name in ("AcquireTask", "PushTaskOutput"):
         if not hasattr(RuntimeHttpClient, name):
             found.append(f"RuntimeHttpClient has no {name}")
+    if "supported_task_types" not in AcquireTaskRequest.DESCRIPTOR.fields_by_name:
+        found.append("AcquireTaskRequest no longer names the task types asked for")
     return found + _killed_task_problems()
 
 
-class _Collect:
-    """Flower's Executor protocol: remembers specs instead of starting processes."""
+@dataclass(frozen=True)
+class ClaimedTask:
+    """A task acquired from a Runtime API: what its app's runtime needs to run it."""
 
-    def __init__(self) -> None:
-        self.specs: list[ExecutionSpec] = []
+    task_id: int
+    token: str
+    runtime_api_address: str
+    root_certificates: bytes | None = None  # the Runtime API's CA (HTTPS); None: plain HTTP
+    parent_pid: int | None = None  # the app's runtime exits once this pid is gone
 
-    def wait_for_capacity(self) -> None:
-        return None
 
-    def launch(self, spec: ExecutionSpec) -> LaunchResult:
-        self.specs.append(spec)
-        return LaunchResult.accepted()
+ACQUIRE = "/flwr.proto.Runtime/AcquireTask"  # the call a SuperExec secret signs
 
 
 class TaskClaimer:
     """Claims pending app tasks through a Runtime API: a SuperNode's ClientApp tasks, or
-    (`serverapp=True`) a SuperLink's ServerApp tasks."""
+    (`serverapp=True`) a SuperLink's ServerApp tasks.
 
-    def __init__(self, runtime_api_address: str, *, serverapp: bool = False) -> None:
-        self.serverapp = serverapp
+    A SuperLink's Runtime API shares its public port with the Fleet and Control APIs (Flower
+    1.42), so it is reached over HTTPS when `root_certificates` are given, and a SuperLink
+    started with a SuperExec secret hands tasks only to calls signed with `auth_secret`.
+    """
+
+    def __init__(
+        self,
+        runtime_api_address: str,
+        *,
+        serverapp: bool = False,
+        root_certificates: bytes | None = None,
+        auth_secret: bytes | None = None,
+    ) -> None:
+        self.address = runtime_api_address
+        self.root_certificates = root_certificates
+        self.task_type = TaskType.SERVER_APP if serverapp else TaskType.CLIENT_APP
+        interceptors: list[object] = [RuntimeVersionHttpInterceptor(component_name="SuperExec")]
+        if auth_secret is not None:
+            interceptors.append(
+                SuperExecAuthHttpInterceptor(master_secret=auth_secret, protected_methods={ACQUIRE})
+            )
         self.client = RuntimeHttpClient.from_server_address(
             server_address=runtime_api_address,
-            insecure=True,
-            root_certificates=None,
-            interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
+            insecure=root_certificates is None,
+            root_certificates=root_certificates,
+            interceptors=interceptors,
             retry_invoker=_bounded(make_simple_http_retry_invoker()),
         )
-        self.collect = _Collect()
-        plugin = ServerAppExecPlugin if serverapp else ClientAppExecPlugin
-        self.plugin = plugin(
-            runtime_api_address=runtime_api_address,
-            insecure=True,
-            root_certificates_path=None,
-            runtime_dependency_install=False,
-            executor=self.collect,
-        )
 
-    def claim_pending(self) -> Iterator[ExecutionSpec]:
-        """Every task pending now, claimed; Flower's plugin builds each one's spec."""
+    def claim_pending(self) -> Iterator[ClaimedTask]:
+        """Every task of this claimer's kind pending now, each acquired in one call."""
+        request = AcquireTaskRequest(supported_task_types=[self.task_type.value])
         while True:
-            pending = self.client.PullPendingTasks(request=PullPendingTasksRequest()).tasks
-            task = self.plugin.select_task(pending) if pending else None
-            if task is None:
+            acquired = self.client.AcquireTask(request)
+            if not acquired.HasField("task") or not acquired.token:
                 return
-            token = self.client.ClaimTask(ClaimTaskRequest(task_id=task.task_id)).token
-            if not token:  # another launcher took it
-                continue
-            self.collect.specs.clear()
-            self.plugin.launch_task(token=token, task=task)
-            yield from self.collect.specs
+            yield ClaimedTask(
+                acquired.task.task_id, acquired.token, self.address, self.root_certificates
+            )
 
     def close(self) -> None:
         self.client.close()
@@ -149,7 +153,7 @@ def _refusal_gives_up(invoker: RetryInvoker) -> RetryInvoker:
 KILLED = "ClientApp process killed"  # how the launcher's report on a dead child begins
 
 
-def report_killed(spec: ExecutionSpec, how: str) -> bool:
+def report_killed(spec: ClaimedTask, how: str) -> bool:
     """Finish a task whose ClientApp was killed (it pushed nothing), with its token, so that
     its node replies with an error at once (`reply_at_once_when_killed`); False if the node
     could not be told (it is gone too)."""
@@ -178,41 +182,40 @@ def report_killed(spec: ExecutionSpec, how: str) -> bool:
 def _killed_task_problems() -> list[str]:
     found = [
         f"InMemoryNodeState has no {name}"
-        for name in ("finish_task", "_store_error_replies")
+        for name in ("finish_task", "get_tasks", "_store_error_replies")
         if not hasattr(InMemoryNodeState, name)
     ]
-    if "CLIENT_APP_CRASHED" not in inspect.getsource(InMemoryNodeState._store_error_replies):
-        found.append("InMemoryNodeState._store_error_replies no longer replies CLIENT_APP_CRASHED")
+    if not hasattr(flwr_node_state, "CLIENT_APP_CRASHED_ERROR"):
+        found.append("the SuperNode's state no longer has CLIENT_APP_CRASHED_ERROR")
+    elif "error" not in inspect.signature(InMemoryNodeState._store_error_replies).parameters:
+        found.append("InMemoryNodeState._store_error_replies no longer takes the error")
     return found
 
 
 def reply_at_once_when_killed() -> None:
     """In the SuperNode: a task finished with the launcher's KILLED report gets the error
-    reply Flower gives when a task's token expires (CLIENT_APP_CRASHED), now instead of
-    ~60 s later, unless a reply to its message is already stored."""
+    reply Flower gives when a task's heartbeats stop (CLIENT_APP_CRASHED), now instead of
+    once its token expires, for every message of its run not yet answered.
+
+    Flower 1.42 does this for a failed AgentApp task (`InMemoryNodeState.finish_task`) but not
+    for a failed ClientApp task: a fix Flower could take.
+    """
     finish = InMemoryNodeState.finish_task
 
     def finish_task(self: InMemoryNodeState, task_id: int, sub_status: str, details: str) -> bool:
-        with self.lock_task_store:
-            task = self.task_store.get(task_id)
         finished = finish(self, task_id, sub_status, details)
-        if finished and task is not None and details.startswith(KILLED):
-            with self.lock_msg_store:
-                entries = list(self.msg_store.values())
-            answered = {e.message.metadata.reply_to_message_id for e in entries}
-            if any(
-                e.is_retrieved
-                and e.message.metadata.run_id == task.run_id
-                and e.message.metadata.message_id not in answered
-                for e in entries
-            ):
-                self._store_error_replies({task.run_id})
+        if finished and details.startswith(KILLED):
+            tasks = self.get_tasks(task_ids=[task_id])
+            if tasks and tasks[0].type == TaskType.CLIENT_APP:
+                self._store_error_replies(
+                    {tasks[0].run_id}, flwr_node_state.CLIENT_APP_CRASHED_ERROR
+                )
         return finished
 
     InMemoryNodeState.finish_task = finish_task  # type: ignore[method-assign]
 
 
-def run_serverapp(spec: ExecutionSpec) -> None:
+def run_serverapp(spec: ClaimedTask) -> None:
     """Flower's ServerApp runtime for one claimed task, as `flwr-serverapp` runs it: its
     output mirrored to the queue that ships it to the SuperLink (`flwr run --stream`)."""
     log_queue: Queue[str | None] = Queue()
@@ -223,8 +226,8 @@ def run_serverapp(spec: ExecutionSpec) -> None:
             runtime_api_address=spec.runtime_api_address,
             log_queue=log_queue,
             token=spec.token,
-            insecure=spec.insecure,
-            certificates=None,
+            insecure=spec.root_certificates is None,
+            certificates=spec.root_certificates,
             parent_pid=spec.parent_pid,
             runtime_dependency_install=False,
         )
@@ -232,12 +235,12 @@ def run_serverapp(spec: ExecutionSpec) -> None:
         restore_output()
 
 
-def run_clientapp(spec: ExecutionSpec) -> None:
+def run_clientapp(spec: ClaimedTask) -> None:
     """Flower's ClientApp runtime for one claimed task (ends with Flower's SystemExit)."""
     flwr_run_clientapp.run_clientapp(
         runtime_api_address=spec.runtime_api_address,
         token=spec.token,
-        insecure=spec.insecure,
+        insecure=True,
         certificates=None,
         parent_pid=spec.parent_pid,
         runtime_dependency_install=False,

@@ -18,6 +18,7 @@ node had pulled without a complete reply is answered as Flower answers one for a
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -49,6 +50,8 @@ def problems() -> list[str]:
         for name in ("activate_node", "get_message_res", "_cleanup_push_session"):
             if not callable(getattr(cls, name, None)):
                 found.append(f"{cls.__name__} has no {name}")
+        if "run_id" not in inspect.signature(cls.get_message_res).parameters:
+            found.append(f"{cls.__name__}.get_message_res no longer takes run_id")
     for module, name in (
         (UTILS, "create_message_error_unavailable_res_message"),
         (SQL, "_message_model_to_dict"),
@@ -105,12 +108,12 @@ def _activating(
 
 
 def _answering(get_replies: Callable[..., list[Message]]) -> Callable[..., list[Message]]:
-    def get_message_res(state: Any, message_ids: set[str]) -> list[Message]:
+    def get_message_res(state: Any, message_ids: set[str], run_id: int) -> list[Message]:
         with _lost_lock:
             held = _lost(state)
             lost = [held.pop(i) for i in message_ids if i in held]
         rest = set(message_ids) - {m.metadata.message_id for m in lost}
-        replies = get_replies(state, rest) if rest else []
+        replies = get_replies(state, rest, run_id) if rest else []
         unavailable = _module(UTILS).create_message_error_unavailable_res_message
         return replies + [unavailable(m.metadata, "node_unavail") for m in lost]
 

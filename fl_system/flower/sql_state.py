@@ -22,6 +22,7 @@ the time:
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -33,13 +34,14 @@ SQL_CORE = "flwr.supercore.corestate.sql_corestate"
 SWEEP_SECONDS = 0.5
 INSTALLED = "cheaper_sql_calls"  # marks our wrappers on Flower's SQL state classes
 MESSAGE_WRITES = ("store_message_ins", "store_message_and_object_tree")
+PULL_PARAMETERS = ["node_id", "limit", "run_id"]  # get_message_ins after self, as wrapped here
 
 
 def problems() -> list[str]:
     """What moved in the installed flwr of the SQL state's methods used here."""
     link = importlib.import_module(SQL_LINK).SqlLinkState
     core = importlib.import_module(SQL_CORE).SqlCoreState
-    return [
+    found = [
         f"{cls.__name__} has no {name}"
         for cls, names in (
             (link, ("get_message_ins", *MESSAGE_WRITES)),
@@ -48,6 +50,10 @@ def problems() -> list[str]:
         for name in names
         if not callable(getattr(cls, name, None))
     ]
+    pull = list(inspect.signature(link.get_message_ins).parameters)[1:] if not found else []
+    if pull and pull != PULL_PARAMETERS:
+        found.append(f"SqlLinkState.get_message_ins no longer takes {PULL_PARAMETERS}")
+    return found
 
 
 @dataclass
@@ -56,7 +62,8 @@ class _Memo:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     generation: int = 0  # raised after every committed write of a message
-    empty_at: dict[int, int] = field(default_factory=dict)  # node -> generation found empty
+    # (node, run asked for) -> the generation at which its pull found nothing
+    empty_at: dict[tuple[int, int | None], int] = field(default_factory=dict)
     swept: float = float("-inf")  # when expired task tokens were last swept (monotonic)
 
 
@@ -81,16 +88,19 @@ def cheaper_calls() -> None:
 
 
 def _remembering(get: Callable[..., list]) -> Callable[..., list]:
-    def get_message_ins(state: Any, node_id: int, limit: int | None) -> list:
+    def get_message_ins(
+        state: Any, node_id: int, limit: int | None, *, run_id: int | None = None
+    ) -> list:
         memo = _memo(state)
+        key = (node_id, run_id)
         with memo.lock:
             generation = memo.generation
-            if memo.empty_at.get(node_id) == generation:
+            if memo.empty_at.get(key) == generation:
                 return []
-        found = get(state, node_id, limit)
+        found = get(state, node_id, limit, run_id=run_id)
         if not found:
             with memo.lock:
-                memo.empty_at[node_id] = generation
+                memo.empty_at[key] = generation
         return found
 
     setattr(get_message_ins, INSTALLED, True)

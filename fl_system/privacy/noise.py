@@ -1,6 +1,6 @@
 """Where differential-privacy noise comes from: the operating system's entropy, never the seed.
 
-Flower 1.36's DP wrappers and mods draw their noise from NumPy's global generator
+Flower 1.42's DP wrappers and mods draw their noise from NumPy's global generator
 (`np.random.normal` in `add_gaussian_noise_inplace`, and in adaptive clipping's noisy count).
 Whoever seeds that generator (an experiment's `seed`), or forks a process after it was used,
 makes the noise regenerable: subtract it and the un-noised model is back. `install()` points

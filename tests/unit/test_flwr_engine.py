@@ -1,4 +1,4 @@
-"""The simulation engine's hooks into flwr 1.36 (fl_system.flower.flwr_engine)."""
+"""The simulation engine's hooks into flwr 1.42 (fl_system.flower.flwr_engine)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
 from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME, NOOP_FEDERATION_ID
 from flwr.supercore.object_store import ObjectStoreFactory
 from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
 from flwr.superlink.federation import NoOpFederationManager
 from flwr.superlink.grid import InMemoryGrid
 
@@ -175,6 +176,7 @@ def _federation(num_nodes: int) -> tuple[InMemoryLinkState, InMemoryGrid, dict[i
     state.task_store[run.primary_task_id] = Task(task_id=run.primary_task_id, run_id=run.run_id)
     grid = InMemoryGrid(state_factory=factory)
     grid.set_run(run)
+    TaskIdentity.run_id, TaskIdentity.task_id = run.run_id, run.primary_task_id  # its ServerApp's
     return state, grid, flwr_engine_module._register_nodes(num_nodes, factory)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import types
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import flwr.cli.install as flwr_install
 import flwr.supernode.runtime.run_clientapp as flwr_run_clientapp
 import flwr.supernode.start_client_internal as flwr_loop
-import grpc
+import httpx
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
@@ -40,7 +39,7 @@ def test_a_loop_without_the_time_module_is_named(monkeypatch: pytest.MonkeyPatch
     fake = types.SimpleNamespace(sleep=time.sleep, monotonic=time.monotonic)
     message = _changed(monkeypatch, "flwr.supernode.start_client_internal.time", fake)
     assert "start_client_internal no longer imports the time module" in message
-    assert "1.36" in message  # says which flwr the code was written against
+    assert "1.42" in message  # says which flwr the code was written against
 
 
 def test_a_fab_install_not_through_install_from_fab_is_named(
@@ -92,21 +91,10 @@ def test_a_changed_run_clientapp_signature_is_named(monkeypatch: pytest.MonkeyPa
     assert "run_clientapp lacks parameters ['certificates', 'insecure', 'parent_pid']" in message
 
 
-def test_a_runtime_client_without_claim_task_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launcher claims tasks through these two Runtime API calls."""
-    monkeypatch.delattr(RuntimeHttpClient, "ClaimTask")
-    with pytest.raises(FlwrInternalsChanged, match="RuntimeHttpClient has no ClaimTask"):
-        flwr_check.check()
-
-
-def test_a_changed_execution_spec_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    @dataclasses.dataclass
-    class ExecutionSpec:
-        runtime_api_address: str
-        token: str
-
-    monkeypatch.setattr(flwr_tasks, "ExecutionSpec", ExecutionSpec)
-    with pytest.raises(FlwrInternalsChanged, match="ExecutionSpec changed its fields"):
+def test_a_runtime_client_without_acquire_task_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher claims a task in one Runtime API call."""
+    monkeypatch.delattr(RuntimeHttpClient, "AcquireTask")
+    with pytest.raises(FlwrInternalsChanged, match="RuntimeHttpClient has no AcquireTask"):
         flwr_check.check()
 
 
@@ -310,10 +298,10 @@ def test_a_killed_clientapp_report_without_the_node_state_hook_is_named(
     from flwr.supernode.nodestate import InMemoryNodeState
 
     def store_error_replies(self: object, run_ids: set[int]) -> None:
-        """Replies nothing: what a changed flwr might do."""
+        """Replies with one error of its own choosing: what a changed flwr might do."""
 
     monkeypatch.setattr(InMemoryNodeState, "_store_error_replies", store_error_replies)
-    with pytest.raises(FlwrInternalsChanged, match="no longer replies CLIENT_APP_CRASHED"):
+    with pytest.raises(FlwrInternalsChanged, match="_store_error_replies no longer takes the err"):
         flwr_check.check()
 
 
@@ -328,30 +316,31 @@ def test_a_serverapp_runtime_without_a_parent_watch_is_named(
         flwr_check.check()
 
 
-class _Refusal(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-
 def test_a_refused_call_of_an_admitted_node_is_said_with_the_superlinks_reason(
     monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    """Flower ends the node on UNAUTHENTICATED without a word; the hook says why first and
-    leaves Flower's decision as it was."""
-    asked: list[Exception] = []
-    invoker = types.SimpleNamespace(should_giveup=lambda err: asked.append(err) or True)
-    monkeypatch.setattr(flwr_loop, "make_simple_grpc_retry_invoker", lambda: invoker)
+    """Flower ends the node on a 401 without a word; the hook says why first and leaves
+    Flower's handling of the error as it was."""
+    from flwr.supernode.fleet_http_client import FleetHttpClient
+
+    def answer(status: int, body: dict[str, str]) -> httpx.HTTPStatusError:
+        request = httpx.Request("POST", "http://superlink/v1/fleet/pull-messages")
+        response = httpx.Response(status, json=body, request=request)
+        return httpx.HTTPStatusError("refused", request=request, response=response)
+
+    refused = answer(401, {"detail": "Invalid SuperNode authentication"})
+    unavailable = answer(503, {"detail": "busy"})
+    errors = iter([refused, unavailable])
+
+    def call(self: object, **kwargs: object) -> object:
+        raise next(errors)
+
+    monkeypatch.setattr(FleetHttpClient, "_unary_unary", call)
     flwr_hooks.say_when_refused()
-    wrapped = flwr_loop.make_simple_grpc_retry_invoker()
-    refused = _Refusal(grpc.StatusCode.UNAUTHENTICATED, "Invalid node ID")
-    assert wrapped.should_giveup(refused) is True
-    unavailable = _Refusal(grpc.StatusCode.UNAVAILABLE, "connection reset")
-    assert wrapped.should_giveup(unavailable) is True
-    assert asked == [refused, unavailable]
-    assert capsys.readouterr().err == f"{flwr_hooks.REFUSED_LOG} Invalid node ID\n"
+    client = object.__new__(FleetHttpClient)
+    for expected in (refused, unavailable):
+        with pytest.raises(httpx.HTTPStatusError) as raised:
+            client._unary_unary(path="/v1/fleet/pull-messages")
+        assert raised.value is expected
+    said = capsys.readouterr().err
+    assert said == f"{flwr_hooks.REFUSED_LOG} Invalid SuperNode authentication\n"

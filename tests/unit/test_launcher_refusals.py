@@ -11,11 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CALLS = """
 import sys
-from flwr.supercore.superexec.executor import ExecutionSpec
-from flwr.supercore.constant import TaskType
 from fl_system.flower import flwr_tasks
 address = sys.argv[1]
-spec = ExecutionSpec(TaskType.CLIENT_APP, address, "token", True, None, False, None, True, 1)
+spec = flwr_tasks.ClaimedTask(1, "token", address)
 print("reported", flwr_tasks.report_killed(spec, "signal SIGKILL"))
 claimer = flwr_tasks.TaskClaimer(address)
 try:

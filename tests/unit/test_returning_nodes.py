@@ -107,7 +107,7 @@ class Link:
     def replies(self, messages: list[Message]) -> dict[str, int]:
         """What the SuperLink hands out for `messages`: message id -> 0 for a reply, else the
         error code (each once: a reply is then delivered)."""
-        got = self.state.get_message_res({m.metadata.message_id for m in messages})
+        got = self.state.get_message_res({m.metadata.message_id for m in messages}, self.run_id)
         return {r.metadata.reply_to_message_id: r.error.code if r.has_error() else 0 for r in got}
 
 

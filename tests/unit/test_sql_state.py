@@ -35,9 +35,9 @@ def _claims(link: Link, monkeypatch: pytest.MonkeyPatch, during=None) -> list[in
     calls: list[int] = []
     claim = link.state._claim_message_ins_rows
 
-    def counted(node_id: int, limit: int | None) -> list:
+    def counted(node_id: int, limit: int | None, run_id: int | None = None) -> list:
         calls.append(node_id)
-        rows = claim(node_id, limit)
+        rows = claim(node_id, limit, run_id)
         if during is not None:
             during()
         return rows

@@ -65,7 +65,7 @@ def test_a_message_ignored_mid_receive_leaves_no_task_and_no_message(node) -> No
     assert [(t.status.status, t.status.details) for t in tasks] == [
         (Status.FINISHED, stranded_replies.IGNORED)
     ]
-    assert state.get_messages(run_ids=[RUN]) == []
+    assert state.get_messages_legacy(run_ids=[RUN]) == []
 
 
 def test_a_reply_left_behind_is_pushed_at_the_next_pull(node) -> None:

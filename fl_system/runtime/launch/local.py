@@ -106,8 +106,7 @@ class _Federation:
                 HEARTBEAT_ENV: str(NODE_HEARTBEAT),
             }
         )
-        self._control: int | None = None
-        self._fleet: int | None = None
+        self._port: int | None = None  # the SuperLink's one port (Fleet, Control, Runtime)
         self._forker: FlowerForker | None = None
         self._error: BaseException | None = None
         self._cancel = threading.Event()
@@ -117,12 +116,12 @@ class _Federation:
         self._thread.start()
 
     def ready(self) -> int:
-        """The Control API port, once the SuperLink listens."""
+        """The SuperLink's port (its Control API's too), once it listens."""
         self._thread.join()
         if self._error is not None:
             raise self._error
-        assert self._control is not None
-        return self._control
+        assert self._port is not None
+        return self._port
 
     def close(self, grace: float) -> None:
         self._cancel.set()
@@ -138,7 +137,7 @@ class _Federation:
 
     def _start_processes(self, paths: RunPaths) -> None:
         h, procs, env = self.runtime.host, self.procs, self.env
-        fleet, control, appio = free_port(h), free_port(h), free_port(h)
+        port = free_port(h)
         # One launcher for every node's ClientApps and the run's ServerApp: torch is imported
         # once, not once per process
         env[SOCKET_ENV] = str(self.flwr_home / "launcher.sock")
@@ -153,7 +152,7 @@ class _Federation:
                 "--parent-pid",
                 str(os.getpid()),
                 "--serverapp-api-address",
-                f"{h}:{appio}",
+                f"{h}:{port}",
             ],
             paths.logs / "launcher.log",
             env,
@@ -166,14 +165,10 @@ class _Federation:
             [
                 "fl-superlink",
                 "--insecure",
-                "--fleet-api-address",
-                f"{h}:{fleet}",
-                "--control-api-address",
-                f"{h}:{control}",
                 "--host",
                 h,
                 "--port",
-                str(appio),
+                str(port),
                 "--disable-runtime-dependency-installation",
                 "--isolation",
                 "process",  # the launcher starts the ServerApp, not Flower's SuperExec
@@ -182,9 +177,9 @@ class _Federation:
             env,
             spawner=forker.spawn,
         )
-        self._wait_ports([fleet, control], paths.logs / "superlink.log")
+        self._wait_ports([port], paths.logs / "superlink.log")
         startup.mark("SuperLink ready")
-        self._fleet, self._control = fleet, control
+        self._port = port
 
     def _start_forker(self, paths: RunPaths) -> FlowerForker:
         """The process the SuperLink and the SuperNodes are forked from (Flower imported
@@ -226,7 +221,7 @@ class _Federation:
                     "fl-supernode",
                     "--insecure",
                     "--superlink",
-                    f"{h}:{self._fleet}",
+                    f"{h}:{self._port}",
                     "--node-config",
                     f"partition-id={pid} num-partitions={cfg.num_clients}{own}",
                     "--host",

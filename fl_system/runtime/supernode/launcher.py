@@ -16,7 +16,8 @@ its node's pid, and a child killed by a signal gets its node's error reply at on
     python -m fl_system.runtime.supernode.launcher \
         --runtime-api-address HOST:PORT --wake-fd FD --node-pid P
     python -m fl_system.runtime.supernode.launcher \
-        --socket PATH --parent-pid P [--serverapp-api-address A]
+        --socket PATH --parent-pid P [--serverapp-api-address A [--root-certificates CA]
+        [--superexec-auth-secret-file F]]
 
 A shared launcher given the SuperLink's Runtime API (`--serverapp-api-address`, with the
 SuperLink in `--isolation process`) also forks the run's ServerApp, instead of Flower's
@@ -55,9 +56,7 @@ from fl_system.runtime.supernode import app_code
 from fl_system.runtime.warm_imports import PRELOAD, preload
 
 if TYPE_CHECKING:
-    from flwr.supercore.superexec.executor import ExecutionSpec
-
-    from fl_system.flower.flwr_tasks import TaskClaimer
+    from fl_system.flower.flwr_tasks import ClaimedTask, TaskClaimer
 
 FALLBACK_POLL_SECONDS = 1.0  # look for tasks even without a wake-up (e.g. one sent at start-up)
 SERVER_POLL_SECONDS = 0.2  # the SuperLink's ServerApp tasks: Flower's SuperExec polls as often
@@ -80,12 +79,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--serverapp-api-address", help="with --socket: also launch this SuperLink's ServerApps"
     )
+    parser.add_argument(
+        "--root-certificates", type=Path, help="the SuperLink's CA, when it serves HTTPS"
+    )
+    parser.add_argument(
+        "--superexec-auth-secret-file",
+        type=Path,
+        help="the secret the SuperLink hands ServerApp tasks out for",
+    )
     args = parser.parse_args(argv)
     one = (args.runtime_api_address, args.wake_fd, args.node_pid)
     if args.socket is None and (None in one or args.serverapp_api_address):
         parser.error("give --runtime-api-address, --wake-fd and --node-pid, or --socket")
     if args.socket is not None and (args.parent_pid is None or any(v is not None for v in one)):
         parser.error("--socket takes --parent-pid (and --serverapp-api-address) only")
+    server_only = (args.root_certificates, args.superexec_auth_secret_file)
+    if args.serverapp_api_address is None and any(v is not None for v in server_only):
+        parser.error(
+            "--root-certificates and --superexec-auth-secret-file go with --serverapp-api-address"
+        )
     return args
 
 
@@ -116,7 +128,7 @@ class Launcher:
         self.shared = shared
         self.nodes: dict[str, _Node] = {}
         self.server: _Node | None = None  # polled often: nothing wakes the launcher for it
-        self.children: dict[int, tuple[_Node, ExecutionSpec, float]] = {}
+        self.children: dict[int, tuple[_Node, ClaimedTask, float]] = {}
         self.nodes_polled = time.monotonic()
         self.signal_r, signal_w = os.pipe()
         os.set_blocking(signal_w, False)
@@ -143,13 +155,15 @@ class Launcher:
         self.nodes[address] = node
         return node
 
-    def add_server(self, address: str) -> None:
+    def add_server(
+        self, address: str, root_certificates: bytes | None, auth_secret: bytes | None
+    ) -> None:
         """Also launch the ServerApps of the SuperLink whose Runtime API is `address` (its
         children watch this launcher's watched pid: fl-run)."""
-        self.server = _Node(
-            address, self.watched_pid, self.hooks.TaskClaimer(address, serverapp=True),
-            serverapp=True,
-        )  # fmt: skip
+        claimer = self.hooks.TaskClaimer(
+            address, serverapp=True, root_certificates=root_certificates, auth_secret=auth_secret
+        )
+        self.server = _Node(address, self.watched_pid, claimer, serverapp=True)
 
     def serve(self) -> None:
         try:
@@ -239,7 +253,7 @@ class Launcher:
             with contextlib.suppress(OSError):
                 os.close(node.out)
 
-    def _fork(self, node: _Node, spec: ExecutionSpec) -> None:
+    def _fork(self, node: _Node, spec: ClaimedTask) -> None:
         pid = os.fork()
         if pid == 0:  # the child never returns
             _run_child(self, node, spec)
@@ -284,7 +298,7 @@ class Launcher:
                 say(took, node.out)
 
 
-def _run_child(launcher: Launcher, node: _Node, spec: ExecutionSpec) -> NoReturn:
+def _run_child(launcher: Launcher, node: _Node, spec: ClaimedTask) -> NoReturn:
     """In the forked child: Flower's ClientApp runtime for this task, then exit."""
 
     def task() -> int:
@@ -348,6 +362,10 @@ def _project() -> tuple[Path | None, tuple[str, ...]]:
     return root, components(root)[1:]
 
 
+def _read(path: Path | None) -> bytes | None:
+    return None if path is None else path.read_bytes()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)  # telemetry is off in the environment fl-supernode passes on
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -365,7 +383,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.socket:
             launcher = Launcher(wake_fd, args.parent_pid, shared=True, app_digest=digest)
             if args.serverapp_api_address:
-                launcher.add_server(args.serverapp_api_address)
+                launcher.add_server(
+                    args.serverapp_api_address,
+                    _read(args.root_certificates),
+                    _read(args.superexec_auth_secret_file),
+                )
         else:
             launcher = Launcher(wake_fd, args.node_pid, shared=False, app_digest=digest)
             launcher.add_node(args.runtime_api_address, args.node_pid)
