@@ -40,6 +40,7 @@ from fl_system.algorithms.efl import (
     EFL_PENALTY,
     EFL_UP,
     FISHER_COMM,
+    FISHER_MODES,
     fisher_records,
     penalty_gradient,
     penalty_value,
@@ -52,7 +53,6 @@ from fl_system.learning.seeding import derive_seed
 from fl_system.messages import protocol
 
 _FISHER_SEED = 0xF15  # separates the Fisher sample draw from the batches of the round
-FISHER_MODES = ("empirical", "batch")
 
 
 class EflRule(LocalRule):

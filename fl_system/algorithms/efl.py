@@ -37,6 +37,7 @@ EFL_DOWN = (EFL_FISHER_SUM, EFL_WEIGHTED_SUM, EFL_SUM_POSITIONS)
 T = TypeVar("T")  # np.ndarray or torch.Tensor
 
 FISHER_COMM = ("dense", "fp16", "topk")  # how u, v (up) and U, V (down) travel (spec 2.9)
+FISHER_MODES = ("empirical", "batch")  # per-sample gradients, or the batch mean's square
 
 
 def penalty_gradient(w: T, fisher_sum: T, weighted_sum: T, lam: float) -> T:

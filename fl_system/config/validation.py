@@ -8,6 +8,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from fl_system import heterogeneity
 from fl_system.addons import check_settings, mounted
+from fl_system.config import algorithm_settings
 from fl_system.data.corruption import KINDS
 from fl_system.learning.app_supplied import check_app_data
 from fl_system.learning.freeloaders import KINDS as FREELOADER_KINDS
@@ -86,6 +87,9 @@ def check_values(cfg: DictConfig) -> None:
     """Type and range checks of the top-level settings and the add-ons' own."""
     for key, rule in RULES.items():
         if problem := refusal(key, rule, OmegaConf.select(cfg, key)):
+            raise ConfigError(problem)
+    for key, rule in algorithm_settings.RULES.get(str(cfg.algorithm.name), {}).items():
+        if problem := refusal(f"algorithm.{key}", rule, OmegaConf.select(cfg.algorithm, key)):
             raise ConfigError(problem)
     for name, node in mounted(cfg.algorithm):  # enabled or not; their halves check the same
         check_settings(name, node)

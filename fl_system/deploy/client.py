@@ -82,7 +82,7 @@ def say(text: str) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fl-client", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--server", required=True, help="the SuperLink's Fleet API, HOST:9092")
+    parser.add_argument("--server", required=True, help="the SuperLink, HOST:9092")
     parser.add_argument(
         "--partition-id",
         type=_partition_id,

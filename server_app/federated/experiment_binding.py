@@ -10,7 +10,9 @@ list of overrides, to which the arguments are added, or a composed experiment
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -74,6 +76,29 @@ def check_algorithm(kind: type, cfg: DictConfig) -> None:
         f"{', '.join(sorted(r.rsplit('.', 1)[-1] for r in known[1]))}: compose the experiment "
         f"with {ours.__name__}'s algorithm"
     )
+
+
+def check_arguments(kind: type, common: Mapping[str, Any]) -> None:
+    """Refuse a keyword that is none of `kind`'s arguments, naming the closest one: Python
+    hands any keyword to `**common`, where a misspelt one was silently ignored
+    (`FedProx(muu=0.5)` ran with mu 0.01)."""
+    unknown = sorted(set(common) - set(Common.__annotations__))
+    if not unknown:
+        return
+    known = sorted(set(Common.__annotations__) | _own_arguments(kind))
+    close = difflib.get_close_matches(unknown[0], known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"it takes {', '.join(known)}"
+    raise TypeError(f"{kind.__name__}() got an unexpected keyword argument {unknown[0]!r}; {hint}")
+
+
+def _own_arguments(kind: type) -> set[str]:
+    """The keyword arguments `kind`'s constructors name, up its class hierarchy."""
+    names: set[str] = set()
+    for c in kind.__mro__:
+        if "__init__" in vars(c):
+            parameters = inspect.signature(vars(c)["__init__"]).parameters.values()
+            names |= {p.name for p in parameters if p.kind is p.KEYWORD_ONLY}
+    return names - {"settings"}
 
 
 def bind_experiment(kind: type, common: Common, settings: Mapping[str, Any]) -> DictConfig:

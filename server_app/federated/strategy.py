@@ -38,7 +38,7 @@ from fl_system.config.experiment import build_aggregation, build_server_addons
 from server_app.addons import Refusal, check_refusals
 from server_app.compression import UpdateTally
 from server_app.exchange import QuickGrid
-from server_app.federated.experiment_binding import Common, bind_experiment
+from server_app.federated.experiment_binding import Common, bind_experiment, check_arguments
 from server_app.federated.privacy_policy import PrivacyPolicy
 from server_app.federated.replies import ClientReply
 from server_app.federated.round_rule import RoundRule
@@ -127,6 +127,7 @@ class FederatedStrategy(
         self, *, settings: Mapping[str, Any] | None = None, **common: Unpack[Common]
     ) -> None:
         """`settings`: the subclass's own arguments, by config key (None: the default)."""
+        check_arguments(type(self), common)
         cfg = bind_experiment(type(self), common, settings or {})
         addons = common.get("addons")
         self.addons = list(build_server_addons(cfg) if addons is None else addons)

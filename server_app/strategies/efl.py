@@ -32,7 +32,6 @@ from fl_system.algorithms.efl import (
     EFL_FISHER_DUE,
     EFL_PENALTY,
     EFL_UP,
-    FISHER_COMM,
     fisher_records,
     read_fisher,
 )
@@ -102,17 +101,7 @@ class Efl(FederatedStrategy):
         super().__init__(settings={f"algorithm.{k}": v for k, v in given.items()}, **common)
         algorithm = self.experiment.algorithm
         fisher_comm, fisher_q = algorithm.fisher_comm, algorithm.fisher_q
-        fisher_every = algorithm.fisher_every
-        if fisher_comm not in FISHER_COMM:
-            raise ValueError(
-                f"efl fisher_comm must be one of {', '.join(FISHER_COMM)}, got {fisher_comm!r}"
-            )
-        if isinstance(fisher_q, bool) or not isinstance(fisher_q, int | float):
-            raise ValueError(f"efl fisher_q must be a number in (0, 1], got {fisher_q!r}")
-        if not 0 < fisher_q <= 1:
-            raise ValueError(f"efl fisher_q must be in (0, 1], got {fisher_q!r}")
-        if isinstance(fisher_every, bool) or not isinstance(fisher_every, int) or fisher_every < 1:
-            raise ValueError(f"efl fisher_every must be an integer >= 1, got {fisher_every!r}")
+        fisher_every = algorithm.fisher_every  # each checked as composed (algorithm_settings)
         self.fisher_comm, self.fisher_q, self.fisher_every = fisher_comm, fisher_q, fisher_every
         self.fisher_sum = LayerState("efl/U")
         self.weighted_sum = LayerState("efl/V")

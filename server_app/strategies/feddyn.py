@@ -67,8 +67,6 @@ class FedDyn(ServerVectorStrategy):
         settings = {"algorithm.alpha": alpha, "algorithm.max_grad_norm": max_grad_norm}
         super().__init__(settings=settings, **common)
         alpha, num_clients = self.experiment.algorithm.alpha, self.experiment.num_clients
-        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
-            raise ValueError(f"feddyn alpha must be a number > 0, got {alpha!r}")
         self.alpha = float(alpha)
         self.num_clients = int(num_clients)
         self.h = LayerState("feddyn/h")

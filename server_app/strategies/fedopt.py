@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Unpack
 
@@ -38,7 +37,8 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy.fedopt import FedOpt as FlowerFedOpt
 from omegaconf import OmegaConf
 
-from fl_system.settings.value_checks import Rule, non_negative_number, refusal
+from fl_system.config.algorithm_settings import DECAY, RATE
+from fl_system.settings.value_checks import refusal
 from server_app.federated.experiment_binding import Common
 from server_app.federated.replies import ClientReply
 from server_app.federated.state import StrategyState
@@ -87,15 +87,8 @@ def adaptive_step(
     return {k: new[k].numpy() for k in model}
 
 
-def _finite(v: Any) -> bool:
-    return non_negative_number(v) and math.isfinite(v)
-
-
-_ABOVE_ZERO: Rule = (lambda v: _finite(v) and v > 0, "a number > 0")
-_DECAY: Rule = (lambda v: _finite(v) and v < 1, "a number in [0, 1)")
 # tau > 0: at 0 a coordinate whose Delta stays 0 would divide 0 by 0
-_RULES = {"eta": _ABOVE_ZERO, "eta_l": _ABOVE_ZERO, "tau": _ABOVE_ZERO}
-_RULES |= {"beta_1": _DECAY, "beta_2": _DECAY}
+_RULES = {"eta": RATE, "eta_l": RATE, "tau": RATE, "beta_1": DECAY, "beta_2": DECAY}
 
 
 def checked(**settings: Any) -> dict[str, float]:

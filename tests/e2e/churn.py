@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fl_system.records.results import MetricsLog
 from fl_system.runtime.launch.processes import descendants
-from tests.e2e.federation import BIN, CONTROL, Federation
+from tests.e2e.federation import BIN, PORT, Federation
 
 KINDS = ("supernode", "fl-client", "host")
 ADMITTED = "SuperNode ID"  # Flower's line once the SuperLink activated the node
@@ -309,7 +309,7 @@ def fl_run(
     server = federation.lan["server"].address
     overrides = [
         "runtime=remote",
-        f"runtime.address={server}:{CONTROL}",
+        f"runtime.address={server}:{PORT}",
         f"runtime.root_certificates={federation.certs / 'ca.crt'}",
         *("dataset=digits", "model=mlp", "train.batch_size=64", f"num_rounds={num_rounds}"),
         f"num_clients={partitions}",

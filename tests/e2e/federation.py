@@ -19,7 +19,7 @@ from fl_system.runtime.launch.processes import ProcessGroup, alive
 from tests.e2e.netns import Host, hosts
 
 BIN = Path(sys.executable).parent
-FLEET, CONTROL = 9092, 9093
+PORT = 9092  # the SuperLink's one port: SuperNodes and the Control API
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Federation:
 
     @property
     def server(self) -> str:
-        return f"{self.lan['server'].address}:{FLEET}"
+        return f"{self.lan['server'].address}:{PORT}"
 
     def client(
         self,
@@ -72,7 +72,7 @@ class Federation:
     @property
     def control(self) -> list[str]:
         """fl-server register|unregister|nodes' arguments for this federation."""
-        return ["--certs", str(self.certs), "--control", f"{self.lan['server'].address}:{CONTROL}"]
+        return ["--certs", str(self.certs), "--control", self.server]
 
     def run_in(self, host: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         return subprocess.run(

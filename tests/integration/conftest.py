@@ -160,7 +160,7 @@ class HandStartedFederation:
         # One torch thread per ClientApp, as runtime=local sets: nodes share this machine's cores.
         self.env = tool_env({**thread_env(1), **env})
         self.procs = ProcessGroup()
-        self.fleet, self.control = free_port(), free_port()
+        self.port = free_port()  # the SuperLink's one port: SuperNodes and operators
         self.nodes: dict[int, subprocess.Popen] = {}
 
     def start_superlink(self, flower: bool = False) -> None:
@@ -169,21 +169,18 @@ class HandStartedFederation:
         if flower:
             cmd = [
                 "flower-superlink", "--insecure",
-                "--fleet-api-address", f"127.0.0.1:{self.fleet}",
-                "--control-api-address", f"127.0.0.1:{self.control}",
-                "--port", str(free_port()),
+                "--host", "127.0.0.1", "--port", str(self.port),
                 "--disable-runtime-dependency-installation",
             ]  # fmt: skip
         else:
             cmd = [
                 "fl-server", "--insecure",
-                "--fleet-address", f"127.0.0.1:{self.fleet}",
-                "--control-address", f"127.0.0.1:{self.control}",
+                "--address", f"127.0.0.1:{self.port}",
                 "--state-dir", str(self.root / "superlink-state"),
             ]  # fmt: skip
         self.procs.start("superlink", cmd, self.root / "superlink.log", self.env)
         deadline = time.monotonic() + 60
-        while not port_open("127.0.0.1", self.control):
+        while not port_open("127.0.0.1", self.port):
             assert self.procs.first_dead() is None, "the SuperLink exited during start-up"
             assert time.monotonic() < deadline, "SuperLink not up after 60 s"
             time.sleep(0.2)
@@ -197,7 +194,7 @@ class HandStartedFederation:
             f"supernode {partition_id}",
             [
                 "fl-supernode", "--insecure",
-                "--superlink", f"127.0.0.1:{self.fleet}",
+                "--superlink", f"127.0.0.1:{self.port}",
                 "--node-config", config.strip(),
                 "--port", str(free_port()),
             ],
@@ -215,7 +212,7 @@ class HandStartedFederation:
     def remote_args(self) -> list[str]:
         return [
             "runtime=remote",
-            f"runtime.address=127.0.0.1:{self.control}",
+            f"runtime.address=127.0.0.1:{self.port}",
             "runtime.insecure=true",
         ]
 

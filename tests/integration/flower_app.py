@@ -104,6 +104,14 @@ def readme_block(name: str) -> str:
     raise AssertionError(f"the README's Flower app section has no block for my_app/{name}")
 
 
+def readme_blocks(language: str) -> list[str]:
+    """The README's `language` blocks in its section on one's own Flower app, in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(README_SECTION) :]
+    section = section[: section.index("\n## ", 1)]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
 def readme_server_app() -> str:
     """The README's ServerApp on an experiment fl_system composes, word for word."""
     return readme_block("server_app.py: FedDisco on an experiment")

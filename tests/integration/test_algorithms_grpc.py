@@ -162,7 +162,7 @@ def test_a_run_stopped_with_flwr_stop_says_so_and_how_to_resume(
         home.mkdir()
         (home / "config.toml").write_text(
             '[superlink]\ndefault = "fed"\n\n[superlink.fed]\n'
-            f'address = "127.0.0.1:{federation.control}"\ninsecure = true\n'
+            f'address = "127.0.0.1:{federation.port}"\ninsecure = true\n'
         )
         stop_env = {**shared_env, "FLWR_HOME": str(home)}
         subprocess.run(
@@ -200,7 +200,7 @@ def test_a_flower_app_of_ones_own_runs_fedavg_feddisco_and_taco(
     home.mkdir()
     (home / "config.toml").write_text(
         '[superlink]\ndefault = "fed"\n\n[superlink.fed]\n'
-        f'address = "127.0.0.1:{federation.control}"\ninsecure = true\n'
+        f'address = "127.0.0.1:{federation.port}"\ninsecure = true\n'
     )
     done = subprocess.run(
         ["flwr", "run", str(app), "fed", "--stream", "--run-config", f'cases-file="{cases_file}"'],

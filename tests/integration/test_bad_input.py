@@ -27,7 +27,7 @@ def _error_lines(stderr: str) -> list[str]:
         ),
         (["dataset=digits", "model=mlp", "num_clients=5000"], "5000"),
         (["dataset=digits", "model=cnn"], "cnn: model 'cnn' needs images"),
-        (["algorithm=fedprox", "algorithm.mu=-1"], "mu must be >= 0"),
+        (["algorithm=fedprox", "algorithm.mu=-1"], "algorithm.mu must be a number >= 0, got -1"),
         (["algorithm=feddisco", "algorithm.disco.a=-1"], "disco.a must be a number >= 0"),
         (
             [
@@ -60,10 +60,10 @@ def _error_lines(stderr: str) -> list[str]:
             "compression.up: levels must be an integer >= 1, got 0",
         ),
         (["compression.up=zip"], "compression.up=zip: no such option; choose one of fp16, none"),
-        (["algorithm=efl", "algorithm.lam=-1"], "efl lam must be a number >= 0, got -1"),
+        (["algorithm=efl", "algorithm.lam=-1"], "algorithm.lam must be a number >= 0, got -1"),
         (
             ["algorithm=efl", "algorithm.fisher_comm=zip"],
-            "efl fisher_comm must be one of dense, fp16, topk, got 'zip'",
+            "algorithm.fisher_comm must be one of dense, fp16, topk, got 'zip'",
         ),
         (
             ["train.local_steps=5", "stragglers.incomplete=1.5"],
@@ -87,7 +87,7 @@ def _error_lines(stderr: str) -> list[str]:
         ),
         (
             ["algorithm=taco", "train.local_steps=5", "algorithm.gamma=-1"],
-            "algorithm.gamma must be >= 0, got -1",
+            "algorithm.gamma must be null (1 / K) or a number >= 0, got -1",
         ),
         (
             ["algorithm=taco", "train.local_steps=5", "algorithm.lam=0"],
@@ -97,7 +97,10 @@ def _error_lines(stderr: str) -> list[str]:
             ["algorithm=fedcat", "algorithm.k=5"],
             "algorithm.k must be in 1..4 (the clients), got 5",
         ),
-        (["algorithm=fedcat", "algorithm.eps=1.5"], "algorithm.eps must be in [0, 1], got 1.5"),
+        (
+            ["algorithm=fedcat", "algorithm.eps=1.5"],
+            "algorithm.eps must be a number in [0, 1], got 1.5",
+        ),
         (["algorithm=fedcat", "algorithm.lam=0"], "algorithm.lam must be an integer >= 1, got 0"),
         (
             ["algorithm=fedcat", "algorithm.k=2"],

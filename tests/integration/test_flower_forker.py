@@ -92,22 +92,19 @@ def test_a_forked_superlink_serves_its_ports(
     forker: tuple[FlowerForker, ProcessGroup], tmp_path: Path
 ) -> None:
     nodes, procs = forker
-    fleet, control, appio = free_port(), free_port(), free_port()
+    port = free_port()  # Fleet, Control and Runtime APIs (Flower 1.42)
     link = procs.start(
         "superlink",
         [
-            "fl-superlink", "--insecure",
-            "--fleet-api-address", f"127.0.0.1:{fleet}",
-            "--control-api-address", f"127.0.0.1:{control}",
-            "--port", str(appio), "--isolation", "process",
-            "--disable-runtime-dependency-installation",
+            "fl-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
+            "--isolation", "process", "--disable-runtime-dependency-installation",
         ],
         tmp_path / "superlink.log",
         tool_env({"FLWR_HOME": str(tmp_path / "flwr")}),
         spawner=nodes.spawn,
     )  # fmt: skip
     deadline = time.monotonic() + 60
-    while not (port_open("127.0.0.1", fleet) and port_open("127.0.0.1", control)):
+    while not port_open("127.0.0.1", port):
         assert link.poll() is None and time.monotonic() < deadline, (
             tmp_path / "superlink.log"
         ).read_text()

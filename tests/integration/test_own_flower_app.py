@@ -4,7 +4,9 @@ fl_system's strategies built with plain arguments, our client rules through
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -12,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fl_system.runtime.launch.ports import free_port, port_open
-from fl_system.runtime.launch.processes import ProcessGroup, tool_env
-from tests.integration.flower_app import readme_block, write_app
+from fl_system.runtime.launch.processes import ProcessGroup, descendants, tool_env
+from tests.integration.flower_app import readme_block, readme_blocks, write_app
 
 pytestmark = pytest.mark.integration
 
@@ -65,23 +67,42 @@ def main(grid: Grid, context: Context) -> None:
 """
 
 
-def _app(root: Path, serverapp: str) -> Path:
-    """The README's app files, with `serverapp` as its ServerApp component."""
+def _three_app(root: Path) -> Path:
+    """The README's app files, with the test's THREE as its ServerApp."""
     return write_app(
         root,
         readme_block("server_app.py"),
         modules={name: readme_block(name) for name in ("task.py", "client_app.py")}
         | {"three.py": THREE},
-        serverapp=serverapp,
+        serverapp="my_app.three:app",
         clientapp="my_app.client_app:app",
         config='algorithm = "scaffold"\nresults-file = ""',
     )
 
 
-def _flwr_run(app: Path, env: dict[str, str], *config: str) -> subprocess.CompletedProcess[str]:
-    extra = [arg for c in config for arg in ("--run-config", c)]
+def _readme_app(root: Path) -> Path:
+    """The README's app as a user copies it: its pyproject.toml and its three modules."""
+    (root / "my_app").mkdir(parents=True)
+    (root / "my_app" / "__init__.py").write_text("")
+    for name in ("task.py", "client_app.py", "server_app.py"):
+        (root / "my_app" / name).write_text(readme_block(name))
+    (root / "pyproject.toml").write_text(readme_blocks("toml")[0])
+    return root
+
+
+def _readme_commands(port: int) -> tuple[list[str], list[list[str]]]:
+    """The README's SuperLink command and its `flwr run` commands, on `port` (the README's
+    9092 may be taken on a test machine)."""
+    text = readme_blocks("bash")[0].replace("\\\n", " ").replace("9092", str(port))
+    lines = [line.split(" #")[0].strip() for line in text.splitlines()]
+    superlink = shlex.split(lines[0].removesuffix("&"))
+    return superlink, [shlex.split(line) for line in lines if line.startswith("flwr run")]
+
+
+def _flwr_run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["flwr", "run", str(app), "sim", "--stream", *extra],
+        cmd,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -94,17 +115,16 @@ def test_plain_argument_strategies_train_ones_own_model_on_ones_own_loader(
     tmp_path: Path,
 ) -> None:
     """FedDisco, SCAFFOLD and TACO each beat their initial accuracy by > 20 points in three
-    rounds; the README's ServerApp (SCAFFOLD, then FedDisco) runs and saves its model."""
-    control, appio = free_port(), free_port()
+    rounds; the README's app, copied as written (its pyproject.toml, its Flower configuration,
+    its commands), runs SCAFFOLD, then FedDisco, and saves its model each time."""
+    port = free_port()
     home = tmp_path / "flwr-home"
     home.mkdir()
-    (home / "config.toml").write_text(
-        '[superlink]\ndefault = "sim"\n\n[superlink.sim]\n'
-        f'address = "127.0.0.1:{control}"\ninsecure = true\noptions.num-supernodes = 4\n'
-    )
+    (home / "config.toml").write_text(readme_blocks("toml")[1].replace("9092", str(port)))
     env = tool_env({"FLWR_HOME": str(home)})
     link_dir = tmp_path / "superlink"  # where the ServerApp saves final_model.pt
     link_dir.mkdir()
+    superlink, runs = _readme_commands(port)
 
     def in_link_dir(cmd, log_path: Path, env: dict[str, str]) -> subprocess.Popen:
         with open(log_path, "ab") as log:
@@ -115,29 +135,18 @@ def test_plain_argument_strategies_train_ones_own_model_on_ones_own_loader(
 
     group = ProcessGroup()
     try:
-        link = group.start(
-            "superlink",
-            [
-                "flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
-                "--disable-runtime-dependency-installation",
-                "--control-api-address", f"127.0.0.1:{control}",
-                "--host", "127.0.0.1", "--port", str(appio),
-            ],
-            tmp_path / "superlink.log",
-            env,
-            spawner=in_link_dir,
-        )  # fmt: skip
+        link = group.start("superlink", superlink, tmp_path / "superlink.log", env,
+                           spawner=in_link_dir)  # fmt: skip
         deadline = time.monotonic() + 60
-        while not port_open("127.0.0.1", control):
+        while not port_open("127.0.0.1", port):
             assert link.poll() is None and time.monotonic() < deadline, (
                 tmp_path / "superlink.log"
             ).read_text()[-3000:]
             time.sleep(0.1)
 
         results_file = tmp_path / "results.json"
-        done = _flwr_run(
-            _app(tmp_path / "three", "my_app.three:app"), env, f'results-file="{results_file}"'
-        )
+        three = [*runs[0], "--run-config", f'results-file="{results_file}"']
+        done = _flwr_run(three, _three_app(tmp_path / "three"), env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         results = json.loads(results_file.read_text())
         assert sorted(results) == ["feddisco", "scaffold", "taco"], done.stdout[-3000:]
@@ -146,12 +155,29 @@ def test_plain_argument_strategies_train_ones_own_model_on_ones_own_loader(
             assert got["is_flower_strategy"] and sorted(accuracy) == ["0", "1", "2", "3"], name
             assert accuracy["3"] > accuracy["0"] + 0.2, (name, accuracy)
 
-        readme_app = _app(tmp_path / "readme", "my_app.server_app:app")
-        for config in ((), ('algorithm="feddisco"',)):
+        readme_app = _readme_app(tmp_path / "readme")
+        assert len(runs) == 2
+        for run in runs:
             (link_dir / "final_model.pt").unlink(missing_ok=True)
-            done = _flwr_run(readme_app, env, *config)
+            done = _flwr_run(run, readme_app, env)
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            assert (link_dir / "final_model.pt").stat().st_size > 0, config
+            assert "deprecated" not in done.stdout + done.stderr
+            assert (link_dir / "final_model.pt").stat().st_size > 0, run
         assert link.poll() is None, "the SuperLink died"
+        deadline = time.monotonic() + 30  # nothing of a finished run outlives it
+        while left := _simulations_under(link.pid):
+            assert time.monotonic() < deadline, f"runs' processes still alive: {left}"
+            time.sleep(0.2)
     finally:
         group.stop()
+
+
+def _simulations_under(pid: int) -> list[str]:
+    """The command lines of the flwr-simulation processes below `pid`."""
+    found = []
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"flwr-simulation" in cmdline:
+                found.append(cmdline.decode(errors="replace"))
+    return found

@@ -74,7 +74,7 @@ def _lose_the_superlink(
         if run.poll() is None:
             run.kill()
     assert run.returncode == 1, err[-2000:]
-    said = f"the SuperLink at 127.0.0.1:{federation.control} stopped or cannot be reached any more"
+    said = f"the SuperLink at 127.0.0.1:{federation.port} stopped or cannot be reached any more"
     assert f"fl-run: error: {said}; rounds up to " in err, err[-2000:]
     failure = (run_dir / "failure.txt").read_text()
     assert failure.startswith(said) and f"resume=true hydra.run.dir={run_dir}" in failure
@@ -109,7 +109,7 @@ def _stop_fl_run(
     log = (run_dir / "logs" / "serverapp.log").read_text()
     run_id = int(re.findall(r"Successfully started run (\d+)", log)[-1])
     flwr_home = tmp_path / f"flwr-home-{detach}"
-    write_flwr_home(flwr_home, Connection(f"127.0.0.1:{federation.control}", insecure=True))
+    write_flwr_home(flwr_home, Connection(f"127.0.0.1:{federation.port}", insecure=True))
     flwr_env = {**env, "FLWR_HOME": str(flwr_home)}
 
     def status() -> str:

@@ -180,9 +180,12 @@ def test_a_reply_with_unreadable_topk_positions_is_left_out_of_the_sums(caplog) 
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"fisher_comm": "zip"}, "efl fisher_comm must be one of dense, fp16, topk, got 'zip'"),
-        ({"fisher_q": 0.0}, r"efl fisher_q must be in \(0, 1\], got 0.0"),
-        ({"fisher_every": 0}, "efl fisher_every must be an integer >= 1, got 0"),
+        (
+            {"fisher_comm": "zip"},
+            "algorithm.fisher_comm must be one of dense, fp16, topk, got 'zip'",
+        ),
+        ({"fisher_q": 0.0}, r"algorithm.fisher_q must be a number in \(0, 1\], got 0.0"),
+        ({"fisher_every": 0}, "algorithm.fisher_every must be an integer >= 1, got 0"),
     ],
 )
 def test_bad_server_settings_are_named(kwargs: dict, message: str) -> None:

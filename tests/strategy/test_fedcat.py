@@ -214,7 +214,7 @@ def test_k_defaults_to_a_tenth_of_the_clients() -> None:
     ("kwargs", "message"),
     [
         ({"k": 7}, "algorithm.k must be in 1..6"),
-        ({"eps": -0.1}, "algorithm.eps must be in [0, 1]"),
+        ({"eps": -0.1}, "algorithm.eps must be a number in [0, 1]"),
         ({"eps": "a lot"}, "algorithm.eps must be a number in [0, 1]"),
         ({"lam": 0}, "algorithm.lam must be an integer >= 1"),
         ({"lam": 1.5}, "algorithm.lam must be an integer"),

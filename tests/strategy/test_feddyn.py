@@ -124,9 +124,9 @@ def test_a_reply_with_other_layers_is_refused_before_the_update() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"alpha": 0.0, "num_clients": 2}, "feddyn alpha must be a number > 0"),
-        ({"alpha": -1, "num_clients": 2}, "feddyn alpha must be a number > 0"),
-        ({"alpha": "0.1", "num_clients": 2}, "feddyn alpha must be a number > 0"),
+        ({"alpha": 0.0, "num_clients": 2}, "algorithm.alpha must be a number > 0"),
+        ({"alpha": -1, "num_clients": 2}, "algorithm.alpha must be a number > 0"),
+        ({"alpha": "0.1", "num_clients": 2}, "algorithm.alpha must be a number > 0"),
         ({"alpha": 0.1, "num_clients": 0}, "^num_clients must be a positive integer, got "),
         ({"alpha": 0.1, "num_clients": 2.0}, "^num_clients must be a positive integer, got "),
     ],

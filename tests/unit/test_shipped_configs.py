@@ -104,7 +104,7 @@ def test_codecs_build_and_round_trip(name: str) -> None:
 
 @pytest.mark.parametrize("name", _options("runtime"))
 def test_runtimes_build(name: str) -> None:
-    extra = ["runtime.address=127.0.0.1:9093"] if name == "remote" else []
+    extra = ["runtime.address=127.0.0.1:9092"] if name == "remote" else []
     cfg = _cfg(f"runtime={name}", *extra)
     check_values(cfg)
     assert callable(build(cfg.runtime).run)
