@@ -79,14 +79,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--serverapp-api-address", help="with --socket: also launch this SuperLink's ServerApps"
     )
-    parser.add_argument(
-        "--root-certificates", type=Path, help="the SuperLink's CA, when it serves HTTPS"
-    )
-    parser.add_argument(
-        "--superexec-auth-secret-file",
-        type=Path,
-        help="the secret the SuperLink hands ServerApp tasks out for",
-    )
+    for flag, what in (
+        ("--root-certificates", "the SuperLink's CA, when it serves HTTPS"),
+        ("--superexec-auth-secret-file", "the secret the SuperLink hands ServerApps out for"),
+    ):
+        parser.add_argument(flag, type=lambda path: Path(path).read_bytes(), help=what)
     args = parser.parse_args(argv)
     one = (args.runtime_api_address, args.wake_fd, args.node_pid)
     if args.socket is None and (None in one or args.serverapp_api_address):
@@ -362,10 +359,6 @@ def _project() -> tuple[Path | None, tuple[str, ...]]:
     return root, components(root)[1:]
 
 
-def _read(path: Path | None) -> bytes | None:
-    return None if path is None else path.read_bytes()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)  # telemetry is off in the environment fl-supernode passes on
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -385,8 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.serverapp_api_address:
                 launcher.add_server(
                     args.serverapp_api_address,
-                    _read(args.root_certificates),
-                    _read(args.superexec_auth_secret_file),
+                    args.root_certificates,
+                    args.superexec_auth_secret_file,
                 )
         else:
             launcher = Launcher(wake_fd, args.node_pid, shared=False, app_digest=digest)
