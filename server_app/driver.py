@@ -1,7 +1,7 @@
 """The round driver: our replacement for Flower's fixed `Strategy.start` loop.
 
-It calls the strategy's Flower methods as `Strategy.start` does (each round's training in
-`server_app.training_round`; `configure_evaluate`, `aggregate_evaluate`) and adds what a real
+It calls the strategy's Flower methods as `Strategy.start` does (each round's training and
+its evaluation on the clients in `server_app.training_round`) and adds what a real
 run needs around them: central evaluation every `eval_every` rounds, a run
 directory (config, metrics, summary, curve, checkpoint), resume, a target-accuracy stop, a
 failed run named with its reasons, byte counting and a progress line per round. Every
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord
 from flwr.serverapp import Grid
 from omegaconf import DictConfig, OmegaConf
 
@@ -70,7 +70,6 @@ class RoundDriver:
         self.training = TrainingRound(
             self.strategy, self.privacy, secure, grid, min_clients=cfg.min_clients or 1
         )
-        self.flower = self.privacy.flower  # the strategy as Flower's loop would call it
         self.device = resolve_device(cfg.server.device)
         self.metrics = MetricsLog(
             self.paths.metrics,
@@ -137,7 +136,7 @@ class RoundDriver:
                     scored = self.federation.scored(arrays)
                 model.load_state_dict(scored.to_torch_state_dict())
                 row.update(self._evaluate_centrally(model, *test))
-            row.update(self._evaluate_on_clients(rnd, arrays))
+            row.update(self.training.evaluate_on_clients(rnd, arrays))
             if score.accuracy(cfg) in row:
                 last_eval = row[score.accuracy(cfg)], row.get(score.loss(cfg))
             elapsed = elapsed_before + time.monotonic() - started
@@ -175,21 +174,6 @@ class RoundDriver:
         with evaluation_threads(self.cfg.server.torch_threads):
             metrics = counts_for(self.cfg, model, x, y, device=self.device).metrics()
         return {f"test_{k}": metrics[k] for k in score.reported(self.cfg) if k in metrics}
-
-    def _evaluate_on_clients(self, rnd: int, arrays: ArrayRecord) -> dict:
-        """client_eval: the global model scored on every connected client's test split."""
-        messages = self.flower.configure_evaluate(rnd, arrays, ConfigRecord(), self.grid)
-        if not messages:
-            return {}
-        traffic = self.federation.courier.send(
-            self.grid, messages, "client_eval", timeout=self.cfg.round_timeout
-        )
-        columns = self.flower.aggregate_evaluate(rnd, traffic.replies) or {}
-        return {
-            **columns,
-            "client_eval_bytes_down": traffic.bytes_down,
-            "client_eval_bytes_up": traffic.bytes_up,
-        }
 
     # ----- run directory -------------------------------------------------------------------
     def _restore(self, arrays: ArrayRecord) -> tuple[ArrayRecord, int, float]:

@@ -1,6 +1,7 @@
 """One round's training, as Flower's `Strategy.start` runs it: `configure_train`, the training
 exchange (in the clear, or as SecAgg+ when `secagg` is on), `aggregate_train` under the DP
 policy's noise, and the round's metrics row; for an asynchronous strategy, one server step.
+Then the round's evaluation on the clients (`configure_evaluate`, `aggregate_evaluate`).
 
 A round that cannot give a model says why: a failed secure round or replies a DP wrapper
 refuses keep the model (the next round runs); too few usable replies end the run."""
@@ -53,6 +54,7 @@ class TrainingRound:
         min_clients: int,
     ) -> None:
         self.strategy = strategy
+        strategy.secure_training = secure is not None  # its configure_train checks it
         assert strategy.federation is not None
         self.federation: Federation = strategy.federation
         self.privacy = privacy
@@ -61,8 +63,11 @@ class TrainingRound:
         self.grid = grid
         self.min_clients = min_clients
 
-    def __call__(self, rnd: int, arrays: ArrayRecord) -> Trained:
-        """The new global model, the metrics row and the model to evaluate."""
+    def __call__(
+        self, rnd: int, arrays: ArrayRecord, config: ConfigRecord | None = None
+    ) -> Trained:
+        """The new global model, the metrics row and the model to evaluate; `config` goes
+        to `configure_train` (Flower's `train_config`)."""
         if isinstance(self.strategy, AsynchronousStrategy):  # a round is one server step
             arrays, row = self.strategy.async_step(self.grid, arrays)
             up, down = self.federation.take_handshake_bytes()
@@ -72,7 +77,7 @@ class TrainingRound:
         courier = self.federation.courier
         if self.secure is not None:
             self._secure_sums()
-        messages = self.flower.configure_train(rnd, arrays, ConfigRecord(), self.grid)
+        messages = self.flower.configure_train(rnd, arrays, config or ConfigRecord(), self.grid)
         if self.secure is None:
             replies = courier.send(self.grid, messages, "train").replies
         else:
@@ -113,6 +118,24 @@ class TrainingRound:
         if not publish:
             return arrays, row, None
         return released, row, result.scored
+
+    def evaluate_on_clients(
+        self, rnd: int, arrays: ArrayRecord, config: ConfigRecord | None = None
+    ) -> dict:
+        """client_eval: the global model scored on every connected client's test split (its
+        columns and bytes; none when it is not due)."""
+        messages = self.flower.configure_evaluate(rnd, arrays, config or ConfigRecord(), self.grid)
+        if not messages:
+            return {}
+        traffic = self.federation.courier.send(
+            self.grid, messages, "client_eval", timeout=self.federation.cfg.round_timeout
+        )
+        columns = self.flower.aggregate_evaluate(rnd, traffic.replies) or {}
+        return {
+            **columns,
+            "client_eval_bytes_down": traffic.bytes_down,
+            "client_eval_bytes_up": traffic.bytes_up,
+        }
 
     def _secure_sums(self) -> None:
         """The sums an add-on needs only in total (FedDisco's label counts with

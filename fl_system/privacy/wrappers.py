@@ -7,7 +7,8 @@ wrapper's mechanism is refused with fl-run's sentence, and so is a wrapper that 
 match the strategy's experiment (another privacy mode, or other settings than its
 `privacy.*`: the clients apply the experiment's mod and the strategy averages as its privacy
 says). The wrapped strategy is marked with the wrapper's mode, so a strategy whose experiment
-asks for a server-side mechanism refuses to train without it (`required_wrapper`).
+asks for a server-side mechanism refuses to train without it (`required_wrapper`), and to
+start its rounds itself (`refuse_own_start`): the wrapper's `start` runs them.
 Strategies that are not fl_system's pass unchecked.
 """
 
@@ -132,9 +133,26 @@ def required_wrapper(cfg: DictConfig | None, strategy: Any) -> None:
         return
     name = mode(cfg)
     if getattr(strategy, WRAPPED_BY, None) != name:
-        wrapper = next(k for k, v in MODES.items() if v == name)
         raise ConfigError(
             f"the experiment has privacy={name} but its strategy runs without Flower's "
-            f"{wrapper} around it: no noise would be added; wrap it "
+            f"{_wrapper_of(name)} around it: no noise would be added; wrap it "
             f"(fl_system.privacy.build_wrapper(experiment, strategy) builds the matching one)"
         )
+
+
+def refuse_own_start(cfg: DictConfig | None, strategy: Any) -> None:
+    """Raise ConfigError if the experiment asks for a server-side DP mechanism: the rounds
+    must be its Flower wrapper's `start`, as the strategy's own would add no noise."""
+    if cfg is None or OmegaConf.select(cfg, "privacy.server") is None:
+        return
+    required_wrapper(cfg, strategy)
+    raise ConfigError(
+        f"the experiment has privacy={mode(cfg)}: call start on Flower's "
+        f"{_wrapper_of(mode(cfg))} around the strategy, not on the strategy inside it, whose "
+        "own start would add no noise"
+    )
+
+
+def _wrapper_of(name: str) -> str:
+    """The name of Flower's wrapper that runs privacy mode `name`."""
+    return next(k for k, v in MODES.items() if v == name)

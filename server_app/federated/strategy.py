@@ -23,7 +23,7 @@ rule, and the round's record (`last_round`) that the driver writes to metrics.cs
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Unpack
 
@@ -35,6 +35,8 @@ from omegaconf import OmegaConf
 
 from fl_system import privacy
 from fl_system.config.experiment import build_aggregation, build_server_addons
+from fl_system.privacy.secagg import check_secagg
+from fl_system.privacy.secagg import settings_of as secagg_settings
 from server_app.addons import Refusal, check_refusals
 from server_app.compression import UpdateTally
 from server_app.exchange import QuickGrid
@@ -122,6 +124,9 @@ class FederatedStrategy(
     # What one of its clients' local steps costs against plain SGD's (one forward and backward
     # on a batch): the virtual clock (system=...) charges its steps that much compute.
     step_cost: ClassVar[float] = 1.0
+    # Set by the round that runs the training exchange as SecAgg+ (`TrainingRound`): under
+    # secagg, `configure_train` serves no other loop, which would send the updates in the clear
+    secure_training = False
 
     def __init__(
         self, *, settings: Mapping[str, Any] | None = None, **common: Unpack[Common]
@@ -139,6 +144,7 @@ class FederatedStrategy(
         privacy.install()  # DP noise from OS entropy; Flower's wrappers check what they wrap
         if privacy.mode(cfg) != "none":
             privacy.check_composition(cfg, self, privacy.mode(cfg))
+        check_secagg(cfg, self)  # fl-run's refusals, for a strategy of one's own app too
         # Under central DP (privacy=central_*/client_*) the noise is calibrated to the plain
         # mean of the clipped updates: FedAvg's family averages uniformly there
         self.uniform_weights = (
@@ -155,6 +161,12 @@ class FederatedStrategy(
     ) -> list[Message]:
         """Plan the round, run the exchanges before training, return the training messages."""
         privacy.wrappers.required_wrapper(self.experiment, self)
+        if not self.secure_training and secagg_settings(self.experiment) is not None:
+            raise RunFailed(
+                f"secagg={self.experiment.secagg.name}: this loop would send every update in "
+                "the clear (Flower's Strategy.start, a DP wrapper's start included); call the "
+                "strategy's own start, which runs the training as SecAgg+"
+            )
         fed = self.federation
         plan, chosen = fed.plan(
             grid,
@@ -262,16 +274,30 @@ class FederatedStrategy(
             int(cfg.num_clients),
         )
 
-    def start(self, grid: Grid, *args: Any, **kwargs: Any) -> Result:
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
         """Flower's `Strategy.start`, its replies pulled as they arrive (`QuickGrid`): Flower's
-        grid would wait 3 s between pulls. Secure aggregation is fl-run's exchange, not
-        Flower's loop: refused here rather than trained in the clear."""
-        if (secagg := OmegaConf.select(self.experiment, "secagg.name")) not in (None, "none"):
-            raise RunFailed(
-                f"secagg={secagg} runs in fl-run's rounds: Flower's Strategy.start would send "
-                "every update in the clear"
-            )
-        return super().start(QuickGrid(grid), *args, **kwargs)
+        grid would wait 3 s between pulls. Under secagg=secaggplus each round's training runs
+        as SecAgg+, as in fl-run's rounds (`server_app.secure_start`): Flower's loop would
+        send every update in the clear. Under server-side DP the wrapper's `start` runs the
+        rounds: this one refuses."""
+        settings = secagg_settings(self.experiment)
+        loop = (initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
+        if settings is None:
+            privacy.wrappers.refuse_own_start(self.experiment, self)
+            return super().start(QuickGrid(grid), *loop)
+        # imported here: it builds on this module (TrainingRound runs a FederatedStrategy)
+        from server_app.secure_start import secure_start
+
+        return secure_start(self, settings, grid, *loop)
 
     def connect(self, grid: Grid, **kwargs: object) -> None:
         """Wait for the clients the first round needs (`configure_train` does it too)."""

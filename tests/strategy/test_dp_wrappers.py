@@ -18,6 +18,7 @@ from fl_system.config.experiment import build_strategy
 from fl_system.config.preflight import check_parts
 from fl_system.privacy import build_wrapper
 from fl_system.settings.value_checks import ConfigError
+from server_app.strategies import FedAvg as OurFedAvg
 
 REFUSED = {  # fl-run refuses each of these with privacy=central_fixed
     "feddyn": [],
@@ -134,3 +135,42 @@ def test_a_subclass_of_flowers_wrapper_is_checked_as_the_wrapper() -> None:
     strategy = build_strategy(compose_experiment(["algorithm=scaffold"]))
     with pytest.raises(ConfigError, match=r"^privacy=central_fixed does not compose with alg"):
         MyPrivacy(strategy, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=4)
+
+
+PLAIN = ["privacy=central_fixed", "privacy.noise_multiplier=0.1", "privacy.clipping_norm=1.0"]
+
+
+def _never_evaluated(server_round: int, arrays: ArrayRecord) -> None:
+    raise AssertionError("the run started")
+
+
+def test_a_plain_argument_strategy_under_central_dp_starts_only_inside_its_wrapper() -> None:
+    """The README's DP app's FedAvg: unwrapped, or started itself inside the wrapper, it
+    refuses to start (before the initial evaluation) in one line; a wrapper with other
+    settings than its options fails as it is built."""
+    unwrapped = OurFedAvg(num_clients=4, options=PLAIN)
+    with pytest.raises(ConfigError) as refused:
+        unwrapped.start(None, ArrayRecord(), evaluate_fn=_never_evaluated)  # type: ignore[arg-type]
+    assert str(refused.value).startswith(
+        "the experiment has privacy=central_fixed but its strategy runs without Flower's "
+        "DifferentialPrivacyServerSideFixedClipping around it: no noise would be added"
+    )
+    strategy = OurFedAvg(num_clients=4, options=PLAIN)
+    with pytest.raises(ConfigError) as refused:
+        DifferentialPrivacyServerSideFixedClipping(
+            strategy, noise_multiplier=0.5, clipping_norm=1.0, num_sampled_clients=4
+        )
+    said = str(refused.value)
+    assert "given noise_multiplier=0.5 but the experiment has privacy.noise_multiplier=0.1" in said
+    assert "\n" not in said
+    wrapper = DifferentialPrivacyServerSideFixedClipping(
+        strategy, noise_multiplier=0.1, clipping_norm=1.0, num_sampled_clients=4
+    )
+    with pytest.raises(ConfigError) as refused:
+        strategy.start(None, ArrayRecord(), evaluate_fn=_never_evaluated)  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "the experiment has privacy=central_fixed: call start on Flower's "
+        "DifferentialPrivacyServerSideFixedClipping around the strategy, not on the strategy "
+        "inside it, whose own start would add no noise"
+    )
+    assert wrapper.strategy is strategy and strategy.dp_wrapper_mode == "central_fixed"

@@ -15,6 +15,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.quantization import dequantize
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, Strategy
 from torch import nn
 
 from client_app.app import make_client_app
@@ -25,11 +26,13 @@ from fl_system.learning.aggregation import normalized, weighted_average
 from fl_system.messages import protocol
 from fl_system.privacy.secagg import SecAggSettings, settings_of
 from fl_system.settings.config_nodes import build, config_to_json
+from fl_system.settings.value_checks import ConfigError
 from server_app.exchange import Traffic
 from server_app.federated.replies import ClientReply
 from server_app.rounds import RunFailed
 from server_app.secure_exchange import SecureExchange
 from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fednova import FedNova
 
 NODES = [101, 102, 103, 104, 105]
 SIZES = [40, 25, 60, 33, 50]  # examples per client
@@ -205,12 +208,56 @@ def test_a_round_that_sends_clients_different_models_is_refused() -> None:
         SecureExchange(SecAggSettings()).send(None, None, messages, _by_examples)  # type: ignore[arg-type]
 
 
-def test_flowers_own_loop_refuses_a_secure_experiment() -> None:
-    """In a Flower app of one's own, Strategy.start is Flower's loop, which would send every
-    update in the clear: a strategy whose experiment asks for SecAgg+ refuses it."""
-    strategy = FedAvg(experiment=["secagg=secaggplus", "num_clients=3"])
-    with pytest.raises(RunFailed, match=r"secagg=secaggplus runs in fl-run's rounds: Flower's"):
-        strategy.start(None)  # type: ignore[arg-type]
+class _NothingSent:
+    """A grid through which nothing may travel."""
+
+    def send_and_receive(self, *args: object, **kwargs: object) -> list[Message]:
+        raise AssertionError("a message was sent")
+
+
+def test_flowers_own_loop_and_a_dp_wrappers_start_are_refused_under_secagg() -> None:
+    """Flower's loop (its Strategy.start, which a DP wrapper's start is) would send every
+    update in the clear: the strategy's configure_train refuses it before any message."""
+    strategy = FedAvg(num_clients=3, options=["secagg=secaggplus", "privacy=client_fixed"])
+    wrapped = DifferentialPrivacyClientSideFixedClipping(
+        strategy, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=3
+    )
+    for loop in (strategy, wrapped):
+        with pytest.raises(RunFailed) as refused:
+            Strategy.start(loop, _NothingSent(), ArrayRecord(), num_rounds=1)  # type: ignore[arg-type]
+        assert str(refused.value) == (
+            "secagg=secaggplus: this loop would send every update in the clear (Flower's "
+            "Strategy.start, a DP wrapper's start included); call the strategy's own start, "
+            "which runs the training as SecAgg+"
+        )
+
+
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        (
+            lambda: FedAvg(options=["secagg=secaggplus", "compression.up=topk"]),
+            "secagg=secaggplus does not compose with compression.up=topk: masks need dense",
+        ),
+        (
+            lambda: FedAvg(options=["secagg=secaggplus", "privacy=central_fixed"]),
+            "secagg=secaggplus does not compose with privacy=central_fixed: the server clips",
+        ),
+        (
+            lambda: FedNova(options=["secagg=secaggplus"]),
+            "secagg=secaggplus does not compose with algorithm=fednova: it combines",
+        ),
+        (
+            lambda: FedAvg(options=["secagg=secaggplus", "secagg.modulus_range=1000"]),
+            "secagg=secaggplus: ",
+        ),
+    ],
+)
+def test_a_strategy_built_with_plain_arguments_refuses_what_fl_run_refuses(build, said) -> None:
+    """The checks fl-run runs before it starts, in one line, as the strategy is built."""
+    with pytest.raises(ConfigError) as refused:
+        build()
+    assert str(refused.value).startswith(said) and "\n" not in str(refused.value)
 
 
 def test_scaffolds_control_variate_changes_are_summed_beside_the_update() -> None:
