@@ -54,17 +54,18 @@ def test_the_fingerprint_covers_python_the_packages_and_our_code() -> None:
 
 def test_a_node_that_differs_is_named_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     here = ray_cluster.fingerprint()
+    other = "1.0.0" if here["torch"] != "1.0.0" else "1.0.1"  # a torch unlike this one
     monkeypatch.setattr(ray_cluster, "connect", lambda address: None)
     monkeypatch.setattr(
         ray_cluster,
         "on_every_node",
-        lambda task: {"10.0.0.1": dict(here), "10.0.0.2": {**here, "torch": "2.13.0"}},
+        lambda task: {"10.0.0.1": dict(here), "10.0.0.2": {**here, "torch": other}},
     )
     with pytest.raises(ClusterError) as raised:
         ray_cluster.join("10.0.0.1:6379", client_gpus=0)
     assert str(raised.value) == (
         "the Ray cluster's nodes differ from this machine (install the same environment and "
-        f"checkout on every node): Ray node 10.0.0.2: torch 2.13.0 (here: {here['torch']})"
+        f"checkout on every node): Ray node 10.0.0.2: torch {other} (here: {here['torch']})"
     )
 
 
