@@ -383,3 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeployError as err:
         print(f"fl-client: error: {err}", file=sys.stderr, flush=True)
         return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
