@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shlex
@@ -35,9 +36,18 @@ class Code:
 
     label: str
     root: Path | None = None  # a worktree; None = this checkout
+    # the interpreter of another environment (a worktree whose Flower is not this one's):
+    # its bin/ comes first on PATH, so Flower's tools are that environment's too
+    python: Path | None = None
+
+    @property
+    def interpreter(self) -> str:
+        return str(self.python or sys.executable)
 
     def command(self) -> list[str]:
-        return ["fl-run"] if self.root is None else [sys.executable, "-m", "fl_system.cli"]
+        if self.root is None and self.python is None:
+            return ["fl-run"]
+        return [self.interpreter, "-m", "fl_system.cli"]
 
     def env(self, cache: Path) -> dict[str, str]:
         extra = {"FL_CACHE_DIR": str(cache)}
@@ -46,7 +56,27 @@ class Code:
             # and of the working folder, which `python -m` and `-c` put first on sys.path: a
             # run started in ROOT would otherwise import this checkout, not the worktree
             extra["PYTHONSAFEPATH"] = "1"
-        return tool_env(extra)
+        env = tool_env(extra)
+        if self.python is not None:
+            env["PATH"] = f"{self.python.parent}{os.pathsep}{env['PATH']}"
+        return env
+
+
+def interpreter(path: str) -> Path:
+    """An argparse type: an executable file (another environment's python)."""
+    if not os.access(path, os.X_OK) or not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"no interpreter at {path}")
+    return Path(path)
+
+
+def add_before_python(parser: argparse.ArgumentParser) -> None:
+    """`--before-python`: the code before runs in an environment of its own (`Code.python`)."""
+    parser.add_argument(
+        "--before-python",
+        type=interpreter,
+        help="the interpreter of an environment for the code before (its own Flower and "
+        "torch; default: this one)",
+    )
 
 
 def worktree(rev: str, prefix: str = "bench-before-") -> Path:

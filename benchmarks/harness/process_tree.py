@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 from fl_system.runtime.launch.processes import descendants
@@ -77,13 +76,6 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
         return self.peak
-
-
-def cpu_percent(pids: set[int], window: float) -> float:
-    """Mean CPU of `pids` over the next `window` seconds, in percent of one core."""
-    before, start = cpu_seconds(pids), time.monotonic()
-    time.sleep(window)
-    return 100 * (cpu_seconds(pids) - before) / (time.monotonic() - start)
 
 
 ROLES = (  # (role, text in its command line), first match wins

@@ -1,4 +1,4 @@
-"""The round-overhead report: goals, timings, before/after, CPU by role, idle CPU, bytes."""
+"""The round-overhead report: goals, timings, before/after, CPU by role, bytes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from omegaconf import DictConfig
 from benchmarks.harness.fl_run import (
     cpu_model,
 )
-from benchmarks.round_overhead.idle_federation import IdleCpu
 from benchmarks.round_overhead.measurements import (
     BYTES_TOLERANCE,
     GIB,
@@ -42,7 +41,6 @@ class Measured:
     local: RunResult
     default: RunResult
     scale: RunResult
-    idle: list[IdleCpu]
     before_local: RunResult | None = None
     before_default: RunResult | None = None
 
@@ -189,24 +187,6 @@ def cpu_section(m: Measured) -> list[str]:
     return [*lines, f"| total | {totals} |", f"| cores x s/round | {budget} |"]
 
 
-def idle_section(m: Measured) -> list[str]:
-    lines = [
-        "## Idle CPU",
-        "",
-        f"A SuperLink and {m.args.clients} SuperNodes with no run, measured after the "
-        "start-up has settled; percent of one core, summed over the whole process tree.",
-        "",
-        "| SuperNode | settle (s) | window (s) | processes | CPU (% of one core) |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for i in m.idle:
-        lines.append(
-            f"| `{i.node_command}` | {i.settle:.0f} | {i.window:.0f} | {i.processes} | "
-            f"{i.percent:.1f} |"
-        )
-    return lines
-
-
 def same_model_section(m: Measured) -> list[str]:
     """Same seeds, same model: test accuracy must agree round for round."""
     pairs = [(m.plain, m.sim), (m.local, m.sim)]
@@ -263,7 +243,6 @@ def render_report(m: Measured, notes: str) -> str:
         timing_section(m),
         before_after_section(m),
         cpu_section(m),
-        idle_section(m),
         same_model_section(m),
         bytes_section(m),
     ]

@@ -9,16 +9,17 @@ Runs, one after the other and never overlapping:
    the default command (`fl-run` with no overrides: 4 nodes), and --scale-clients nodes with
    the peak memory (PSS summed over the process tree) sampled every second;
 4. with `--before REV`: the same local runs from a git worktree of REV (the code before a
-   change), so before and after come from one invocation;
-5. the CPU an idle federation of --clients nodes burns, with Flower's `flower-supernode` and
-   with our `fl-supernode`.
+   change), so before and after come from one invocation.
+
+What an idle federation costs is `benchmarks/idle_cost`'s study.
 
 Every fl-run gets an empty partition cache, as a new user's first run would. Seconds per round
 after warm-up are (wall time at the end of the last round - at the end of round 1) /
 (rounds - 1); round 1 is reported apart.
 
     python -m benchmarks.round_overhead.run [--rounds-sim 8] [--rounds-local 5] [--clients 10]
-        [--scale-clients 20] [--before REV] [--out benchmarks/round_overhead/report.md]
+        [--scale-clients 20] [--before REV [--before-python PY]]
+        [--out benchmarks/round_overhead/report.md]
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ import torch
 from benchmarks.harness.fl_run import (
     BenchmarkError,
     Code,
+    add_before_python,
     remove_worktree,
     worktree,
 )
 from benchmarks.harness.paths import invocation, report_path
 from benchmarks.harness.same_start import compose_config
-from benchmarks.round_overhead.idle_federation import idle_cpu
 from benchmarks.round_overhead.measurements import (
     experiment_overrides,
     measure_fl_run,
@@ -60,8 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=10, help="clients (all train each round)")
     parser.add_argument("--scale-clients", type=int, default=20, help="nodes for the scale run")
     parser.add_argument("--before", help="git revision to measure as 'before' (a worktree)")
-    parser.add_argument("--idle-settle", type=float, default=90, help="seconds before measuring")
-    parser.add_argument("--idle-window", type=float, default=30, help="seconds measured")
+    add_before_python(parser)
     parser.add_argument(
         "--notes", type=Path, help="a Markdown file whose text becomes 'Where the time goes'"
     )
@@ -103,7 +103,7 @@ def measure(args: argparse.Namespace) -> Measured:
     if args.before:
         tree = worktree(args.before, prefix="round-overhead-before-")
         try:
-            old = Code(f"before ({args.before})", tree)
+            old = Code(f"before ({args.before})", tree, args.before_python)
             before_local = measure_fl_run(
                 f"before: local, {args.clients} nodes",
                 experiment_overrides(args.clients, 3),
@@ -113,15 +113,6 @@ def measure(args: argparse.Namespace) -> Measured:
             before_default = measure_fl_run("before: local, default command", [], 5, old)
         finally:
             remove_worktree(tree)
-    idle = [
-        idle_cpu(command, args.clients, settle=args.idle_settle, window=args.idle_window, env=env)
-        for command, env in (
-            ("flower-supernode", {}),
-            ("fl-supernode", {}),
-        )
-    ]
-    for i in idle:
-        print(f"[bench] idle {i.node_command} x{i.nodes}: {i.percent:.1f}% of one core", flush=True)
     return Measured(
         started=now,
         load_start=load,
@@ -134,7 +125,6 @@ def measure(args: argparse.Namespace) -> Measured:
         local=local,
         default=default,
         scale=scale,
-        idle=idle,
         before_local=before_local,
         before_default=before_default,
     )

@@ -12,7 +12,8 @@ worktree of REV, so that before and after come from one invocation on one machin
 3. `fl-run -m runtime=simulation seed=0,...,5` (6 members of 5 rounds): the sweep's wall time
    divided by the sum of its members' training time.
 
-    python -m benchmarks.startup.run [--before REV] [--after REV] [--repeats 3] [--out PATH]
+    python -m benchmarks.startup.run [--before REV [--before-python PY]] [--after REV]
+        [--repeats 3] [--out PATH]
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.fl_run import Code, cpu_model, remove_worktree, run_fl, worktree
+from benchmarks.harness.fl_run import (
+    Code,
+    add_before_python,
+    cpu_model,
+    remove_worktree,
+    run_fl,
+    worktree,
+)
 from benchmarks.harness.paths import invocation, report_path
 from benchmarks.startup.timeline import Timeline, timed_run
 from fl_system.records.results import MetricsLog
@@ -203,13 +211,14 @@ def main(argv: list[str] | None = None) -> None:
         prog=invocation("startup"), description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--before", help="also time this git revision (a worktree of it)")
+    add_before_python(parser)
     parser.add_argument("--after", help="time this revision instead of the checkout")
     parser.add_argument("--repeats", type=int, default=3, help="warm runs of the default command")
     parser.add_argument("--out", type=Path, default=report_path("startup"))
     args = parser.parse_args(argv)
     codes = [Code(f"after ({args.after})", worktree(args.after)) if args.after else Code("after")]
     if args.before:
-        codes.insert(0, Code(f"before ({args.before})", worktree(args.before)))
+        codes.insert(0, Code(f"before ({args.before})", worktree(args.before), args.before_python))
     results: dict[str, dict] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
@@ -220,8 +229,9 @@ def main(argv: list[str] | None = None) -> None:
         for code in codes:
             if code.root is not None:
                 remove_worktree(code.root)
+    given = (("before", args.before), ("before-python", args.before_python), ("after", args.after))
     command = "python -m benchmarks.startup.run" + "".join(
-        f" --{name} {rev}" for name, rev in (("before", args.before), ("after", args.after)) if rev
+        f" --{name} {value}" for name, value in given if value
     )
     args.out.write_text(render(results, args.repeats, command))
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")

@@ -10,6 +10,10 @@ Writes `benchmarks/strategy_parity/report.md`; exits 1 if any case differs.
 
     python -m benchmarks.strategy_parity.run --before <rev>            # about 15 minutes
     python -m benchmarks.strategy_parity.run --before <rev> --only fedavg scaffold --out /tmp/p.md
+    python -m benchmarks.strategy_parity.run --before <rev> --before-python OLD_VENV/bin/python
+
+The last form runs the code before in an environment of its own: a change of Flower or torch
+version compared against the code that ran on the old ones.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from benchmarks.harness.fl_run import (
     ROOT,
     BenchmarkError,
     Code,
+    add_before_python,
     cpu_model,
     remove_worktree,
     run_fl,
@@ -148,7 +153,9 @@ def report(
         "",
         f"{dt.date.today().isoformat()}, {cpu_model()}; `python -m benchmarks.strategy_parity.run "
         f"--before {args.before}` at {commit}: each case run with this checkout and with a "
-        f"worktree of `{args.before}`, {args.rounds} rounds, runtime=simulation, "
+        f"worktree of `{args.before}`"
+        + (f" in the environment of `{args.before_python}`" if args.before_python else "")
+        + f", {args.rounds} rounds, runtime=simulation, "
         f"`{' '.join(BASE)}` (mnist5k, cnn, iid, 1 local epoch; `{STEPS}` where a rule "
         "counts steps); " + ", ".join(f"{k}={v}" for k, v in THREADS.items()) + " on both "
         "sides (a dot product's order of summation follows its thread count).",
@@ -182,6 +189,7 @@ def main() -> int:
         prog=invocation("strategy_parity"), description=__doc__.splitlines()[0]
     )
     parser.add_argument("--before", required=True, help="git revision of the code before")
+    add_before_python(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", nargs="*", help="case names (or their first word) to run")
     parser.add_argument("--out", type=Path, default=report_path("strategy_parity"))
@@ -201,7 +209,8 @@ def main() -> int:
             for c in cases(args.rounds, both)
             if not args.only or c.name in args.only or c.name.split()[0] in args.only
         ]
-        before_code, after_code = Code(f"before {args.before}", tree), Code("after")
+        before_code = Code(f"before {args.before}", tree, args.before_python)
+        after_code = Code("after")
         results = []
         for case in selected:
             before = run_case(case, before_code, args.rounds)

@@ -53,6 +53,7 @@ from fl_system.runtime.connection_checks import (
 from fl_system.runtime.launch.ports import port_open
 from fl_system.runtime.launch.processes import tool_env
 from fl_system.runtime.superlink import LOG_ENV, LOG_LEVELS
+from fl_system.runtime.supernode.launcher import SOCKET_ENV
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 STARTUP_SECONDS = 60.0
@@ -119,8 +120,9 @@ def superlink_command(
 
 
 def launcher_command(address: str, ca: Path | None, secret: Path, socket_path: Path) -> list[str]:
-    """The ServerApp launcher, polling the SuperLink's runtime API for runs to start (it
-    serves no SuperNode: nothing wakes its socket) and exiting when fl-server is gone."""
+    """The ServerApp launcher, claiming runs to start from the SuperLink's runtime API when
+    the SuperLink wakes its socket (it serves no SuperNode) and exiting when fl-server is
+    gone."""
     cmd = [
         sys.executable,
         "-m",
@@ -238,15 +240,14 @@ def run(args: argparse.Namespace) -> int:
 
     ready = args.state_dir / READY_FILE
     ready.unlink(missing_ok=True)
-    env = tool_env({LOG_ENV: args.log_level})
     work = Path(tempfile.mkdtemp(prefix="fl-server-"))
+    wake = work / "launcher.sock"  # the SuperLink wakes the launcher here per new run
+    env = tool_env({LOG_ENV: args.log_level, SOCKET_ENV: str(wake)})
     secret = new_secret(work)
     here = local_address(args.address)
     ca = tls[0] if tls else None
     # its own session: a Ctrl-C meant for fl-server does not end it first; fl-server does
-    launcher = start_piped(
-        launcher_command(here, ca, secret, work / "launcher.sock"), env, own_session=True
-    )
+    launcher = start_piped(launcher_command(here, ca, secret, wake), env, own_session=True)
     proc = start_piped(superlink_command(args, tls, secret), env)
     outputs = [_echo_in_background(p) for p in (launcher, proc)]
     stopper = _Stopper(proc, launcher)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
+from fl_system.flower.run_wakeups import RUN_CREATED
 from fl_system.runtime.launch import LaunchError
 from fl_system.runtime.launch.components import app_dir, components
 from fl_system.runtime.launch.forks import exit_with
@@ -58,8 +59,9 @@ from fl_system.runtime.warm_imports import PRELOAD, preload
 if TYPE_CHECKING:
     from fl_system.flower.flwr_tasks import ClaimedTask, TaskClaimer
 
-FALLBACK_POLL_SECONDS = 1.0  # look for tasks even without a wake-up (e.g. one sent at start-up)
-SERVER_POLL_SECONDS = 0.2  # the SuperLink's ServerApp tasks: Flower's SuperExec polls as often
+# look for tasks even without a wake-up (one dropped, or sent before the launcher listened);
+# the SuperLink says when a run is created (`run_wakeups`), where Flower's SuperExec polls 5/s
+FALLBACK_POLL_SECONDS = 1.0
 SOCKET_ENV = "FL_LAUNCHER_SOCKET"  # set for fl-supernode: wake this shared launcher
 CLOSE_SECONDS = 5.0  # for closing the nodes' clients when the launcher stops
 
@@ -124,7 +126,7 @@ class Launcher:
         self.watched_pid = watched_pid  # exit once it is gone (the node, or fl-run)
         self.shared = shared
         self.nodes: dict[str, _Node] = {}
-        self.server: _Node | None = None  # polled often: nothing wakes the launcher for it
+        self.server: _Node | None = None  # woken by the SuperLink per new run (run_wakeups)
         self.children: dict[int, tuple[_Node, ClaimedTask, float]] = {}
         self.nodes_polled = time.monotonic()
         self.signal_r, signal_w = os.pipe()
@@ -201,8 +203,7 @@ class Launcher:
     def _wait_for_news(self) -> list[_Node] | None:
         """Block until a wake-up, a child's exit or the fallback poll; the nodes to claim
         from (all of them after the fallback wait), or None once it is time to stop."""
-        wait = SERVER_POLL_SECONDS if self.server else FALLBACK_POLL_SECONDS
-        ready, _, _ = select.select([self.wake_fd, self.signal_r], [], [], wait)
+        ready, _, _ = select.select([self.wake_fd, self.signal_r], [], [], FALLBACK_POLL_SECONDS)
         now = time.monotonic()
         fallback = now - self.nodes_polled >= FALLBACK_POLL_SECONDS
         named: set[str] | None = None if fallback else set()
@@ -225,17 +226,22 @@ class Launcher:
             self._forget(node)
         if named is None:
             self.nodes_polled = now
-        woken = [n for n in self.nodes.values() if named is None or n.address in named]
-        return woken + ([self.server] if self.server else [])
+        served = [*self.nodes.values(), *([self.server] if self.server else [])]
+        return [n for n in served if named is None or n.address in named]
 
     def _read_datagrams(self) -> set[str]:
-        """Nodes that said "<pid> <address>" since the last look (new ones are added)."""
+        """Nodes that said "<pid> <address>" since the last look (new ones are added), and
+        the SuperLink's Runtime API if it said a run was created."""
         named: set[str] = set()
         while True:
             try:
                 data = os.read(self.wake_fd, 1024)
             except BlockingIOError:
                 return named
+            if data == RUN_CREATED:
+                if self.server is not None:
+                    named.add(self.server.address)
+                continue
             pid_text, _, address = data.decode(errors="replace").partition(" ")
             if not pid_text.isdigit() or not address:
                 continue
