@@ -117,10 +117,12 @@ def test_one_forward_pass_checks_the_model_against_the_task():
     )
     with pytest.raises(ConfigError) as err:
         check_model(plain, [1, 3, 3], 3)
-    assert str(err.value).startswith(
+    ours, _, torchs = str(err.value).partition("RuntimeError: ")
+    assert ours == (
         "model Plain: its forward fails on a batch of shape [2, 1, 3, 3] (the task's input "
-        "shape [1, 3, 3]): RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+        "shape [1, 3, 3]): "
     )
+    assert "mat1 and mat2 shapes cannot be multiplied" in torchs  # torch's words (2.15: "addmm: ")
     with pytest.raises(ConfigError, match=r"parameter steps is torch\.int64, not floating point"):
         check_model(Counting(), [4], 2)
     assert plain.training  # the check leaves the model as it found it
