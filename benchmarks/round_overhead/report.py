@@ -52,6 +52,8 @@ def verdict(ok: bool) -> str:
 def header(m: Measured) -> list[str]:
     a, rt, train = m.args, m.sim_cfg.runtime, m.sim_cfg.train
     before = f" --before {a.before}" if a.before else ""
+    if a.before and a.before_python:
+        before += f" --before-python {a.before_python}"
     runs = [m.sim, m.local, m.default, m.scale, m.before_local, m.before_default]
     return [
         "# Round overhead: fl_system runtimes vs a plain PyTorch loop",

@@ -2,8 +2,9 @@
 SuperNode heartbeats down to 1 s apart (Flower: 10), so that a killed SuperNode is noticed
 within seconds (see `flwr_hooks.set_node_heartbeat`), that ends at once the work a node's
 previous process left when the node comes back (`returning_nodes`), whose SQL state
-(`fl-server`'s) skips the SQL of calls that need none (`sql_state`), and that wakes the
-ServerApp launcher at FL_LAUNCHER_SOCKET when a run is created (`run_wakeups`).
+(`fl-server`'s) skips the SQL of calls that need none (`sql_state`), that wakes the
+ServerApp launcher at FL_LAUNCHER_SOCKET when a run is created (`run_wakeups`), and whose
+Control- and Fleet-only HTTP middlewares skip the other APIs' requests (`scoped_middleware`).
 
 Its log leaves out the lines Flower writes for every poll and every reply of every node
 (several a second, which buried everything else in `docker compose logs`), unless
@@ -43,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise_if,
         returning_nodes,
         run_wakeups,
+        scoped_middleware,
         sql_state,
     )
     from fl_system.runtime import flwr_check
@@ -54,13 +56,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         flwr_check.check()
-        # the SuperLink's state (SQLAlchemy): here only
-        raise_if(returning_nodes.problems() + sql_state.problems() + run_wakeups.problems())
+        # the SuperLink's state (SQLAlchemy) and its HTTP app: here only
+        raise_if(
+            returning_nodes.problems()
+            + sql_state.problems()
+            + run_wakeups.problems()
+            + scoped_middleware.problems()
+        )
     except FlwrInternalsChanged as err:
         print(f"fl-superlink: error: {err}", file=sys.stderr, flush=True)
         return 2
     returning_nodes.end_work_of_returning_nodes()
     sql_state.cheaper_calls()
+    scoped_middleware.scope_to_their_api()
     if launcher_socket := os.environ.get(SOCKET_ENV):
         run_wakeups.wake_on_new_runs(launcher_socket)
     flwr_hooks.run_superlink(list(sys.argv[1:] if argv is None else argv))

@@ -274,29 +274,24 @@ class Launcher:
             if pid not in self.children:
                 continue
             node, spec, start = self.children.pop(pid)
+            ended = _describe(status)
             took = (
                 f"ClientApp task {spec.task_id} (pid {pid}) ended after "
                 f"{time.monotonic() - start:.2f} s"
             )
             if os.WIFSIGNALED(status) and node.serverapp:
-                say(
-                    f"ERROR: ServerApp task {spec.task_id} (pid {pid}) ended with "
-                    + _describe(status)
-                )
+                say(f"ERROR: ServerApp task {spec.task_id} (pid {pid}) ended with {ended}")
             elif os.WIFSIGNALED(status):
-                reported = self.hooks.report_killed(spec, _describe(status))
+                reported = self.hooks.report_killed(spec, ended)
                 then = (
                     "its node sends the server an error reply now"
                     if reported
                     else "its node sends the server an error reply once the task's token "
                     "expires (about 60 s)"
                 )
-                say(f"ERROR: {took} with {_describe(status)}: it sent no reply; {then}", node.out)
+                say(f"ERROR: {took} with {ended}: it sent no reply; {then}", node.out)
             elif os.WEXITSTATUS(status) != 0:
-                say(
-                    f"ERROR: {took} with {_describe(status)} (its error reply went to the server)",
-                    node.out,
-                )
+                say(f"ERROR: {took} with {ended} (its error reply went to the server)", node.out)
             else:
                 say(took, node.out)
 
