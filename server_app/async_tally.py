@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from server_app.async_loop import Step
+from server_app.federated.replies import weighted_mean
 from server_app.rounds import RunFailed
 
 FUTILE_TASKS = 50  # tasks per slot that may come to nothing between two steps
@@ -68,17 +69,12 @@ class StepTally:
         """The step's columns (`clock` names its time's column)."""
         staleness = [u.staleness for u in step.updates]
         losses = [(u.weight, self.losses.get(u.task.task_id, math.nan)) for u in step.updates]
-        weight = sum(w for w, loss in losses if math.isfinite(loss))
         return {
             "participants": len(step.updates),
             "failures": self.failed + self.offline,
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
-            "train_loss": (
-                sum(w * loss for w, loss in losses if math.isfinite(loss)) / weight
-                if weight
-                else math.nan
-            ),
+            "train_loss": weighted_mean((w, loss) for w, loss in losses if math.isfinite(loss)),
             clock: step.time,
             "staleness_mean": float(np.mean(staleness)),
             "staleness_max": max(staleness),

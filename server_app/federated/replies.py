@@ -3,6 +3,8 @@ computed from a round's replies."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,5 +34,13 @@ def reply_mean(replies: list[ClientReply], key: str) -> float:
     """The data-size-weighted mean of a reply metric over the replies that carry it (NaN if
     none does)."""
     pairs = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
-    total = sum(n for n, _ in pairs)
-    return sum(n * v for n, v in pairs) / total if total else float("nan")
+    return weighted_mean(pairs)
+
+
+def weighted_mean(pairs: Iterable[tuple[float, float]]) -> float:
+    """The mean of (weight, value) pairs, NaN without weight. Exactly rounded sums (`fsum`):
+    the same replies give the same bits in any order, so a synchronous round and an
+    asynchronous step that took its replies in another order agree to the bit."""
+    pairs = list(pairs)
+    total = math.fsum(w for w, _ in pairs)
+    return math.fsum(w * v for w, v in pairs) / total if total else math.nan
