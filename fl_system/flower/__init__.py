@@ -2,10 +2,11 @@
 the installed version: `flwr_hooks` (SuperNode, SuperLink, wire sizes), `flwr_engine` (the
 simulation engine), `flwr_tasks` (the ClientApp launcher's tasks), `object_pulls` (retries of
 objects still uploading), `returning_nodes` (the SuperLink ends a restarted node's old work),
-`run_wakeups` (the SuperLink wakes the ServerApp launcher per new run), `scoped_middleware`
-(the SuperLink's Control- and Fleet-only middlewares skip other requests), `sql_state` (the SQL
-SuperLink skips the SQL of calls that need none), `stranded_replies` (a SuperNode drops a
-stopped run's message and sends every reply it holds)."""
+`wakeups` (the SuperLink wakes the ServerApp launcher per new run, a local SuperNode per
+message), `scoped_middleware` (the SuperLink's Control- and Fleet-only middlewares skip other
+requests), `sql_state` (the SQL SuperLink skips the SQL of calls that need none),
+`stranded_replies` (a SuperNode drops a stopped run's message and sends every reply it
+holds)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ only *how fast* that happens:
 
 - the SuperNode's fixed sleeps (3 s after an empty pull, 0.5 s while waiting for a reply) are
   replaced by a `PollSchedule`, by swapping the `time` module seen by
-  `flwr.supernode.start_client_internal`;
+  `flwr.supernode.start_client_internal` (a node the SuperLink can wake sleeps until woken);
 - the launcher claims tasks and starts each app in a forked child instead of a fresh
   `flwr-clientapp` / `flwr-serverapp` interpreter, installs the FAB once per machine and
   hash, and answers for a killed ClientApp at once (`flwr_tasks`, checked here too);
@@ -57,8 +57,10 @@ from flwr.supercore.inflatable.inflatable_utils import (
 from flwr.supercore.inflatable.inflatable_utils import pull_objects as flwr_pull_objects
 from flwr.supercore.runtime import RuntimeHttpClient
 
+from fl_system.flower.wakeups import FALLBACK_POLL_SECONDS
+
 if TYPE_CHECKING:
-    from fl_system.runtime.supernode.polling import PollSchedule
+    from fl_system.runtime.supernode.polling import PollSchedule, Wakeups
 
 ISOLATION = ISOLATION_MODE_PROCESS  # the SuperNode serves the Runtime API; we launch apps
 IDLE_PULL_SLEEP = 3  # flwr's sleep after a pull that found no message
@@ -83,6 +85,9 @@ def _node_loop_problems() -> list[str]:
         problems.append("start_client_internal no longer imports the time module")
     if "_pull_and_store_message(" not in loop_source:
         problems.append("start_client_internal no longer calls _pull_and_store_message")
+    pull = inspect.signature(flwr_supernode_loop._pull_and_store_message).parameters
+    if next(iter(pull), None) != "state" or "state.set_node_id(" not in loop_source:
+        problems.append("_pull_and_store_message no longer takes the node's state first")
     if "_unary_unary" not in vars(_node_client().ProtobufClient):
         problems.append("the SuperNode's Fleet client no longer calls through _unary_unary")
     return problems
@@ -90,10 +95,12 @@ def _node_loop_problems() -> list[str]:
 
 # ----- the SuperNode process ------------------------------------------------------------------
 class _NodeClock:
-    """Stands in for the `time` module inside Flower's SuperNode loop: schedules its sleeps."""
+    """Stands in for the `time` module inside Flower's SuperNode loop: schedules its sleeps,
+    and sleeps after an empty pull until woken when the node can be (`wakeups`)."""
 
-    def __init__(self, schedule: PollSchedule) -> None:
+    def __init__(self, schedule: PollSchedule, wakeups: Wakeups | None) -> None:
         self.schedule = schedule
+        self.wakeups = wakeups
         self.last_message = time.monotonic()  # a node that just started expects work soon
 
     def __getattr__(self, name: str) -> object:
@@ -102,18 +109,28 @@ class _NodeClock:
     def sleep(self, seconds: float) -> None:
         if seconds == IDLE_PULL_SLEEP:
             seconds = self.schedule.wait(time.monotonic() - self.last_message)
+            if self.wakeups is not None:
+                self.wakeups.wait(max(seconds, FALLBACK_POLL_SECONDS))
+                return
         elif seconds == REPLY_SLEEP:
             seconds = self.schedule.reply
         time.sleep(seconds)
 
 
-def install_poll_schedule(schedule: PollSchedule, on_message: Callable[[], None]) -> None:
-    """Make this process's SuperNode loop poll by `schedule` and call `on_message` per message."""
-    clock = _NodeClock(schedule)
+def install_poll_schedule(
+    schedule: PollSchedule, on_message: Callable[[], None], wakeups: Wakeups | None = None
+) -> None:
+    """Make this process's SuperNode loop poll by `schedule` (between wake-ups on `wakeups`,
+    if given) and call `on_message` per message."""
+    clock = _NodeClock(schedule, wakeups)
     flwr_supernode_loop = supernode_loop()
     pull = flwr_supernode_loop._pull_and_store_message
 
     def pull_and_store(*args: object, **kwargs: object) -> int | None:
+        if wakeups is not None:
+            state = kwargs["state"] if "state" in kwargs else args[0]
+            wakeups.listen_as(state.get_node_id())  # type: ignore[attr-defined]
+            wakeups.drain()
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             clock.last_message = time.monotonic()

@@ -3,7 +3,8 @@ SuperNode heartbeats down to 1 s apart (Flower: 10), so that a killed SuperNode 
 within seconds (see `flwr_hooks.set_node_heartbeat`), that ends at once the work a node's
 previous process left when the node comes back (`returning_nodes`), whose SQL state
 (`fl-server`'s) skips the SQL of calls that need none (`sql_state`), that wakes the
-ServerApp launcher at FL_LAUNCHER_SOCKET when a run is created (`run_wakeups`), and whose
+ServerApp launcher at FL_LAUNCHER_SOCKET when a run is created and each SuperNode with a
+socket in FL_NODE_WAKE_DIR when a message for it is stored (`wakeups`), and whose
 Control- and Fleet-only HTTP middlewares skip the other APIs' requests (`scoped_middleware`).
 
 Its log leaves out the lines Flower writes for every poll and every reply of every node
@@ -43,9 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         flwr_hooks,
         raise_if,
         returning_nodes,
-        run_wakeups,
         scoped_middleware,
         sql_state,
+        wakeups,
     )
     from fl_system.runtime import flwr_check
     from fl_system.runtime.supernode.launcher import SOCKET_ENV
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise_if(
             returning_nodes.problems()
             + sql_state.problems()
-            + run_wakeups.problems()
+            + wakeups.problems()
             + scoped_middleware.problems()
         )
     except FlwrInternalsChanged as err:
@@ -70,7 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sql_state.cheaper_calls()
     scoped_middleware.scope_to_their_api()
     if launcher_socket := os.environ.get(SOCKET_ENV):
-        run_wakeups.wake_on_new_runs(launcher_socket)
+        wakeups.wake_on_new_runs(launcher_socket)
+    if node_wake_dir := os.environ.get(wakeups.NODE_WAKE_DIR_ENV):
+        wakeups.wake_nodes_on_messages(node_wake_dir)
     flwr_hooks.run_superlink(list(sys.argv[1:] if argv is None else argv))
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import types
 from pathlib import Path
@@ -17,9 +18,10 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.runtime import RuntimeHttpClient
 
 from fl_system.flower import FlwrInternalsChanged, flwr_hooks, flwr_tasks
+from fl_system.flower.wakeups import FALLBACK_POLL_SECONDS, MESSAGE_STORED, node_socket
 from fl_system.runtime import flwr_check
 from fl_system.runtime.supernode.node import runtime_api_address
-from fl_system.runtime.supernode.polling import PollSchedule
+from fl_system.runtime.supernode.polling import PollSchedule, Wakeups
 
 
 def test_check_passes_on_the_pinned_flwr() -> None:
@@ -140,6 +142,45 @@ def test_the_node_loop_sleeps_by_the_schedule(monkeypatch: pytest.MonkeyPatch) -
     assert woken == [1]
     clock.sleep(3)
     assert fake.slept[-1] == 0.1  # active again
+
+
+class _NodeState:
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+
+    def get_node_id(self) -> int:
+        return self.node_id
+
+
+def test_a_node_that_can_be_woken_listens_as_its_id_and_waits_for_a_wake_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each pull first listens at the node's socket and forgets the wake-ups it covers; the
+    idle sleep then waits on that socket for the schedule's wait, at least the fallback's."""
+    fake = _FakeTime()
+    monkeypatch.setattr(flwr_hooks, "time", fake)
+    monkeypatch.setattr(flwr_loop, "_pull_and_store_message", lambda *a, **k: None)
+    monkeypatch.setattr(flwr_loop, "time", flwr_loop.time)
+    waits: list[float] = []
+    node = Wakeups(str(tmp_path))
+    monkeypatch.setattr(node, "wait", waits.append)
+    schedule = PollSchedule(active=0.1, idle=3.0, active_window=30.0, reply=0.02)
+    flwr_hooks.install_poll_schedule(schedule, on_message=lambda: None, wakeups=node)
+
+    flwr_loop._pull_and_store_message(state=_NodeState(42))
+    assert node.node_id == 42 and Path(node_socket(tmp_path, 42)).is_socket()
+    flwr_loop.time.sleep(3)
+    fake.now += 60.0  # idle: the schedule's 3 s
+    flwr_loop.time.sleep(3)
+    flwr_loop.time.sleep(0.5)  # the reply wait is not a pull's
+    assert waits == [FALLBACK_POLL_SECONDS, 3.0] and fake.slept == [0.02]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as superlink:
+        superlink.sendto(MESSAGE_STORED, node_socket(tmp_path, 42))
+    flwr_loop._pull_and_store_message(_NodeState(42))  # Flower's state, passed by position
+    assert node.sock is not None
+    with pytest.raises(BlockingIOError):  # drained before the pull
+        node.sock.recv(64)
+    node.close()
 
 
 def test_a_fab_is_installed_once_per_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,18 +1,25 @@
-"""PollSchedule: how long a SuperNode sleeps between pulls (fast while active, backing off)."""
+"""PollSchedule: how long a SuperNode sleeps between pulls (fast while active, backing off);
+Wakeups: the socket a SuperLink on the same machine wakes it on."""
 
 from __future__ import annotations
 
 import math
+import socket
+import time
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
+from fl_system.flower.wakeups import MESSAGE_STORED, node_socket
+from fl_system.runtime.supernode import polling
 from fl_system.runtime.supernode.polling import (
     ACTIVE_ENV,
     IDLE_ENV,
     REPLY_ENV,
     WINDOW_ENV,
     PollSchedule,
+    Wakeups,
 )
 
 SCHEDULE = PollSchedule(active=0.1, idle=3.0, active_window=30.0)
@@ -141,3 +148,40 @@ def test_from_env_out_of_range_value_is_rejected() -> None:
     """A number that parses but is invalid still fails at start-up."""
     with pytest.raises(ValueError, match="'idle'"):
         PollSchedule.from_env({IDLE_ENV: "0"})
+
+
+def test_a_node_listens_as_its_id_again_after_it_re_registered(tmp_path: Path) -> None:
+    """A socket its previous process left is replaced; a new id leaves the old path."""
+    (tmp_path / "7").write_text("left by the node's previous process")
+    node = Wakeups(str(tmp_path))
+    node.listen_as(7)
+    first = node.sock
+    node.listen_as(7)
+    assert node.sock is first and Path(node_socket(tmp_path, 7)).is_socket()
+    node.listen_as(8)
+    assert not Path(node_socket(tmp_path, 7)).exists()
+    assert Path(node_socket(tmp_path, 8)).is_socket()
+    node.close()
+    assert list(tmp_path.iterdir()) == [] and node.sock is None
+
+
+def test_a_wake_up_ends_the_wait_and_a_drain_forgets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Wakeups(str(tmp_path))
+    node.listen_as(3)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as superlink:
+        superlink.sendto(MESSAGE_STORED, node_socket(tmp_path, 3))
+        superlink.sendto(MESSAGE_STORED, node_socket(tmp_path, 3))
+    waited = time.monotonic()
+    node.wait(60.0)
+    assert time.monotonic() - waited < 30.0  # woken, not timed out (any machine's speed)
+    node.drain()
+    selected: list[float] = []
+    monkeypatch.setattr(polling.select, "select", lambda r, w, x, t: selected.append(t))
+    node.wait(2.5)
+    assert selected == [2.5]
+    assert node.sock is not None
+    with pytest.raises(BlockingIOError):
+        node.sock.recv(64)
+    node.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from fl_system.data.cache_root import default_cache_root
+from fl_system.flower.wakeups import NODE_WAKE_DIR_ENV
 from fl_system.learning.devices import thread_env
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime import startup
@@ -141,6 +142,9 @@ class _Federation:
         # One launcher for every node's ClientApps and the run's ServerApp: torch is imported
         # once, not once per process
         env[SOCKET_ENV] = str(self.flwr_home / "launcher.sock")
+        # the SuperLink wakes each node when a message for it is stored
+        (wake_dir := self.flwr_home / "node-wakeups").mkdir()
+        env[NODE_WAKE_DIR_ENV] = str(wake_dir)
         procs.start(
             "clientapp launcher",
             [

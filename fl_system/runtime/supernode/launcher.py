@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
-from fl_system.flower.run_wakeups import RUN_CREATED
+from fl_system.flower.wakeups import FALLBACK_POLL_SECONDS, RUN_CREATED
 from fl_system.runtime.launch import LaunchError
 from fl_system.runtime.launch.components import app_dir, components
 from fl_system.runtime.launch.forks import exit_with
@@ -59,9 +59,8 @@ from fl_system.runtime.warm_imports import PRELOAD, preload
 if TYPE_CHECKING:
     from fl_system.flower.flwr_tasks import ClaimedTask, TaskClaimer
 
-# look for tasks even without a wake-up (one dropped, or sent before the launcher listened);
-# the SuperLink says when a run is created (`run_wakeups`), where Flower's SuperExec polls 5/s
-FALLBACK_POLL_SECONDS = 1.0
+# the SuperLink says when a run is created (`wakeups`), where Flower's SuperExec polls 5/s; the
+# launcher looks for tasks every FALLBACK_POLL_SECONDS besides (a wake-up dropped or early)
 SOCKET_ENV = "FL_LAUNCHER_SOCKET"  # set for fl-supernode: wake this shared launcher
 CLOSE_SECONDS = 5.0  # for closing the nodes' clients when the launcher stops
 
@@ -126,7 +125,7 @@ class Launcher:
         self.watched_pid = watched_pid  # exit once it is gone (the node, or fl-run)
         self.shared = shared
         self.nodes: dict[str, _Node] = {}
-        self.server: _Node | None = None  # woken by the SuperLink per new run (run_wakeups)
+        self.server: _Node | None = None  # woken by the SuperLink per new run (wakeups)
         self.children: dict[int, tuple[_Node, ClaimedTask, float]] = {}
         self.nodes_polled = time.monotonic()
         self.signal_r, signal_w = os.pipe()

@@ -5,7 +5,8 @@ Takes `flower-supernode`'s arguments and runs Flower's SuperNode in this process
 and forks one child per message; with FL_LAUNCHER_SOCKET set, the one launcher fl-run started
 for every node of its local federation). The SuperNode wakes the launcher when a message
 arrives, and pulls the SuperLink by a `PollSchedule` (FL_NODE_POLL_ACTIVE,
-FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s. It
+FL_NODE_POLL_IDLE, FL_NODE_ACTIVE_WINDOW, FL_NODE_REPLY_POLL) instead of every 3 s, or, with
+FL_NODE_WAKE_DIR (its SuperLink on this machine), when woken and every second besides. It
 promises a heartbeat every FL_NODE_HEARTBEAT seconds (unset: Flower's 30; below 10 needs
 fl-superlink). If the launcher dies, the node logs why and stops (exit 1), so the SuperLink
 answers the server with "node unavailable" instead of the round waiting forever. With
@@ -26,8 +27,9 @@ import threading
 import time
 from collections.abc import Sequence
 
+from fl_system.flower.wakeups import NODE_WAKE_DIR_ENV
 from fl_system.runtime.supernode.launcher import SOCKET_ENV
-from fl_system.runtime.supernode.polling import PollSchedule, env_seconds
+from fl_system.runtime.supernode.polling import PollSchedule, Wakeups, env_seconds
 
 LAUNCHER_DIED = 1
 HEARTBEAT_ENV = "FL_NODE_HEARTBEAT"
@@ -189,7 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_supervisor(int(supervisor))
     shared = os.environ.get(SOCKET_ENV)
     watch = SharedLauncher(shared, address) if shared else LauncherWatch(address)
-    flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify)
+    wake_dir = os.environ.get(NODE_WAKE_DIR_ENV)  # the SuperLink is on this machine
+    wakeups = Wakeups(wake_dir) if wake_dir else None
+    flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify, wakeups=wakeups)
     stranded_replies.install()
     object_pulls.retry_sooner("supernode")
     flwr_tasks.reply_at_once_when_killed()
@@ -201,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = done.code
     finally:
         watch.stop()
+        if wakeups is not None:
+            wakeups.close()
     if watch.died:
         return LAUNCHER_DIED
     return code if isinstance(code, int) else (0 if code is None else 1)

@@ -3,14 +3,22 @@
 Flower's SuperNode sleeps a fixed 3 s after every empty pull, which is most of a round on a
 small model. A federation's messages come in bursts (a round's train message, then the next
 round's a moment later), so poll quickly while a run is active and back off to the idle
-interval once nothing has arrived for a while.
+interval once nothing has arrived for a while. A node whose SuperLink runs on the same
+machine (fl-run's local federation) is woken when a message for it is stored (`Wakeups`) and
+polls only every `wakeups.FALLBACK_POLL_SECONDS` besides.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from fl_system.flower.wakeups import node_socket
 
 ACTIVE_ENV = "FL_NODE_POLL_ACTIVE"
 IDLE_ENV = "FL_NODE_POLL_IDLE"
@@ -72,3 +80,48 @@ def env_seconds(var: str, env: Mapping[str, str] | None = None) -> float | None:
         return float(text)
     except ValueError:
         raise ValueError(f"{var} must be a number of seconds, got {text!r}") from None
+
+
+class Wakeups:
+    """The socket this node is woken on by a SuperLink on the same machine (`wakeups`): at
+    `node_socket(directory, node id)`, bound once Flower has the node's id."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.node_id: int | None = None
+        self.sock: socket.socket | None = None
+
+    def listen_as(self, node_id: int) -> None:
+        """Listen at this node id's socket (again, after the node re-registered)."""
+        if node_id == self.node_id:
+            return
+        self.close()
+        path = node_socket(self.directory, node_id)
+        with contextlib.suppress(FileNotFoundError):  # this node's previous process left it
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        sock.setblocking(False)
+        self.sock, self.node_id = sock, node_id
+
+    def drain(self) -> None:
+        """Forget the wake-ups so far: the pull about to be made sees their messages."""
+        while self.sock is not None:
+            try:
+                self.sock.recv(64)
+            except BlockingIOError:
+                return
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until woken, at most `seconds` (the poll that follows covers a lost one)."""
+        if self.sock is None:
+            time.sleep(seconds)
+        else:
+            select.select([self.sock], [], [], seconds)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(node_socket(self.directory, self.node_id))
+            self.sock.close()
+        self.sock, self.node_id = None, None

@@ -1,20 +1,24 @@
-"""The SuperLink wakes the ServerApp launcher when a run is created (a datagram on its
-socket), so the launcher claims the run's ServerApp at once and otherwise asks only every
-FALLBACK_POLL_SECONDS, where it asked five times a second."""
+"""The SuperLink wakes the ServerApp launcher when a run is created and a SuperNode on its
+machine when a message for it is stored (a datagram on their sockets), so each acts at once
+and otherwise asks only every FALLBACK_POLL_SECONDS, where the launcher asked five times a
+second and a node ten."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
 from flwr.server.superlink.linkstate.sql_linkstate import SqlLinkState
 from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
+from flwr.superlink.federation.noop_federation_manager import NOOP_FEDERATION_ID
 
-from fl_system.flower import run_wakeups
+from fl_system.flower import wakeups
 from tests.unit.test_returning_nodes import Link, state_on
 
 
@@ -22,7 +26,8 @@ from tests.unit.test_returning_nodes import Link, state_on
 def unhooked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flower's state classes as they were, once the test is over."""
     for cls in (SqlLinkState, InMemoryLinkState):
-        monkeypatch.setattr(cls, "create_run", cls.create_run)
+        for method in wakeups.WRAPPED:
+            monkeypatch.setattr(cls, method, getattr(cls, method))
 
 
 @pytest.mark.parametrize("where", ["memory", "sqlite"])
@@ -31,19 +36,69 @@ def test_each_run_created_wakes_the_launcher_once_it_is_stored(where: str, tmp_p
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as launcher:
         launcher.bind(path)
         launcher.settimeout(5.0)
-        run_wakeups.wake_on_new_runs(path)
-        run_wakeups.wake_on_new_runs(path)  # installed once: one datagram per run
+        wakeups.wake_on_new_runs(path)
+        wakeups.wake_on_new_runs(path)  # installed once: one datagram per run
         db = FLWR_IN_MEMORY_DB_NAME if where == "memory" else str(tmp_path / "link.db")
         link = Link(state_on(db))
-        assert launcher.recv(64) == run_wakeups.RUN_CREATED
+        assert launcher.recv(64) == wakeups.RUN_CREATED
         assert _server_app_task(link)  # stored before the wake-up
         launcher.setblocking(False)
         with pytest.raises(BlockingIOError):
             launcher.recv(64)
 
 
+def test_a_run_created_as_the_control_api_creates_it_wakes_the_launcher(tmp_path: Path) -> None:
+    """Flower's StartRun passes its last arguments by keyword."""
+    path = str(tmp_path / "launcher.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as launcher:
+        launcher.bind(path)
+        launcher.settimeout(5.0)
+        wakeups.wake_on_new_runs(path)
+        state = state_on(FLWR_IN_MEMORY_DB_NAME)
+        args = (None, None, None, {}, NOOP_FEDERATION_ID, None, None, "serverapp")
+        assert state.create_run(*args, user_prompt=None, series_id=None, connector_ids=())
+        assert launcher.recv(64) == wakeups.RUN_CREATED
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+def test_a_message_stored_wakes_its_node_only_and_a_reply_wakes_nobody(
+    where: str, tmp_path: Path
+) -> None:
+    db = FLWR_IN_MEMORY_DB_NAME if where == "memory" else str(tmp_path / "link.db")
+    link = Link(state_on(db))
+    to, other = link.node(), link.node()
+    wakeups.wake_nodes_on_messages(str(tmp_path))
+    wakeups.wake_nodes_on_messages(str(tmp_path))  # installed once: one datagram per message
+    with _listening(tmp_path, to) as node, _listening(tmp_path, other) as elsewhere:
+        ins = link.send(to, pulled=False)
+        assert node.recv(64) == wakeups.MESSAGE_STORED
+        assert [m.metadata.message_id for m in link.state.get_message_ins(to, None)] == [
+            ins.metadata.message_id
+        ]  # stored, committed, before the wake-up
+        link.reply(ins, 1.0, uploaded=True)
+        for sock in (node, elsewhere):
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(64)
+
+
+def test_a_message_is_stored_when_its_node_does_not_listen(tmp_path: Path) -> None:
+    wakeups.wake_nodes_on_messages(str(tmp_path / "nobody"))
+    link = Link(state_on(FLWR_IN_MEMORY_DB_NAME))
+    to = link.node()
+    link.send(to)  # pulled
+
+
+@contextlib.contextmanager
+def _listening(directory: Path, node_id: int) -> Iterator[socket.socket]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(wakeups.node_socket(directory, node_id))
+        sock.settimeout(5.0)
+        yield sock
+
+
 def test_a_run_is_created_when_no_launcher_listens(tmp_path: Path) -> None:
-    run_wakeups.wake_on_new_runs(str(tmp_path / "nobody.sock"))
+    wakeups.wake_on_new_runs(str(tmp_path / "nobody.sock"))
     link = Link(state_on(FLWR_IN_MEMORY_DB_NAME))
     assert _server_app_task(link)
 
@@ -54,12 +109,12 @@ def _server_app_task(link: Link) -> bool:
 
 
 def test_the_installed_flwr_has_what_is_wrapped() -> None:
-    assert run_wakeups.problems() == []
+    assert wakeups.problems() == []
 
 
 WOKEN = """
 import os, socket, sys, time
-from fl_system.flower.run_wakeups import RUN_CREATED
+from fl_system.flower.wakeups import RUN_CREATED
 from fl_system.runtime.launch.ports import free_port
 from fl_system.runtime.supernode.launcher import FALLBACK_POLL_SECONDS, Launcher, bind_socket
 
