@@ -43,6 +43,27 @@ COMMANDS = {
     "fl-supernode": "fl_system.runtime.supernode.node",
 }
 REAP_SECONDS = 0.1  # how often the forker looks for children that ended
+# What the SuperLink and the SuperNodes import only once they serve (their HTTP apps; found in
+# their logs with PYTHONPROFILEIMPORTTIME=1): 0.4 s of CPU in the SuperLink, 0.35 s in each node
+SERVING_IMPORTS = (
+    "flwr.superlink.routers.control",
+    "flwr.superlink.routers.fleet.router",
+    "flwr.supercore.routers.runtime",
+    "flwr.supercore.routers.health",
+    "flwr.supercore.dependencies.runtime",
+    "flwr.supernode.main",
+    "fl_system.flower.returning_nodes",
+    "fl_system.flower.scoped_middleware",
+    "fl_system.flower.sql_state",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.protocols.websockets.websockets_impl",
+    "uvloop",
+    "httpcore",
+    "anyio._core._sockets",
+    "anyio._core._streams",
+    "cryptography.hazmat.backends.openssl.backend",
+    "netrc",
+)
 
 
 class ForkedProcess(PolledProcess):
@@ -183,7 +204,7 @@ def main() -> None:
     flwr_check.check()  # what each of them checks first: it imports the link's and node's stacks
     for cli in ("flwr.superlink.cli.flower_superlink", "flwr.supernode.cli.flower_supernode"):
         importlib.import_module(cli)
-    for module in COMMANDS.values():
+    for module in (*COMMANDS.values(), *SERVING_IMPORTS):
         importlib.import_module(module)
     update_console_handler(colored=False)  # the children write their logs themselves
     setproctitle.getproctitle()  # sets the title machinery up while the environment is intact
