@@ -6,18 +6,23 @@ Writes into DIR
                                     server's names and addresses as subject alternative names
     supernode-<i>.key / .pub        one EC key pair per SuperNode (OpenSSH format, NIST P-384,
                                     what Flower's SuperNode authentication expects)
+    admin.key / .pub                the first operator's Ed25519 key pair (OpenSSH): fl-server
+                                    registers admin.pub as the federation's admin
 
 Clients get ca.crt and their own supernode-<i>.key; the SuperLink gets server.crt/key and
 the .pub files (`fl-server --authorized-keys DIR` registers them); ca.key stays where it was
 made (it can sign a certificate for any name). `--bundles OUT` also copies each machine's share
 into a folder of its own, so that nothing else needs to reach it:
 
-    OUT/superlink/      ca.crt, server.crt, server.key, supernode-*.pub
+    OUT/superlink/      ca.crt, server.crt, server.key, supernode-*.pub, admin.pub
+    OUT/admin/          ca.crt, admin.key (the admin's credential: fl-server register, ...)
     OUT/supernode-<i>/  ca.crt, supernode-<i>.key
     OUT/public/         ca.crt (for fl-run and flwr: they only check the server)
 
 `fl-certs DIR --node-key NAME` makes only NAME.key and NAME.pub, on a node that joins a running
 federation: its private key never leaves its machine (`fl-server register NAME.pub` admits it).
+`fl-certs DIR --operator-key NAME` makes an operator's NAME.key (its credential) and NAME.pub
+the same way, on the operator's machine (`fl-server operators add NAME.pub --role ROLE`).
 
 Private keys are written with mode 0600 and nothing is ever overwritten.
 """
@@ -34,11 +39,12 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_CERT, CA_KEY = "ca.crt", "ca.key"
 SERVER_CERT, SERVER_KEY = "server.crt", "server.key"
+ADMIN_KEY, ADMIN_PUB = "admin.key", "admin.pub"
 LOOPBACK_NAMES = ("localhost",)
 LOOPBACK_IPS = ("127.0.0.1", "::1")
 
@@ -139,7 +145,18 @@ def pem_cert(cert: x509.Certificate) -> bytes:
 
 def supernode_key_pair() -> tuple[bytes, bytes]:
     """(OpenSSH private key, OpenSSH public key) for Flower's SuperNode authentication."""
-    key = ec.generate_private_key(ec.SECP384R1())
+    return _openssh_pair(ec.generate_private_key(ec.SECP384R1()))
+
+
+def operator_key_pair() -> tuple[bytes, bytes]:
+    """(OpenSSH private key, OpenSSH public key) of an operator: Ed25519, what its Control API
+    tokens are signed with (`fl_system.access.tokens`)."""
+    return _openssh_pair(ed25519.Ed25519PrivateKey.generate())
+
+
+def _openssh_pair(
+    key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey,
+) -> tuple[bytes, bytes]:
     private = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.OpenSSH,
@@ -167,7 +184,7 @@ def generate(
     days: int = 365,
 ) -> list[Path]:
     """Write a CA, a server certificate and `supernodes` key pairs; returns the files."""
-    planned = [CA_CERT, CA_KEY, SERVER_CERT, SERVER_KEY] + [
+    planned = [CA_CERT, CA_KEY, SERVER_CERT, SERVER_KEY, ADMIN_KEY, ADMIN_PUB] + [
         name for i in range(supernodes) for name in supernode_key_names(i)
     ]
     existing = [n for n in planned if (directory / n).exists()]
@@ -193,6 +210,8 @@ def generate(
         SERVER_CERT: (pem_cert(cert), False),
         SERVER_KEY: (pem_key(key), True),
     }
+    admin_private, admin_public = operator_key_pair()
+    files[ADMIN_KEY], files[ADMIN_PUB] = (admin_private, True), (admin_public, False)
     for i in range(supernodes):
         private, public = supernode_key_pair()
         private_name, public_name = supernode_key_names(i)
@@ -203,14 +222,15 @@ def generate(
     return [directory / n for n in files]
 
 
-def node_key(directory: Path, name: str) -> list[Path]:
-    """One SuperNode key pair, `name`.key (0600) and `name`.pub, made where the node runs."""
+def node_key(directory: Path, name: str, pair=supernode_key_pair) -> list[Path]:
+    """One key pair, `name`.key (0600) and `name`.pub, made where it is used: a SuperNode's
+    (`pair`: supernode_key_pair) or an operator's (operator_key_pair)."""
     paths = [directory / f"{name}.key", directory / f"{name}.pub"]
     existing = [p.name for p in paths if p.exists()]
     if existing:
         raise FileExistsError(f"{directory} already has {', '.join(existing)}; nothing was written")
     directory.mkdir(parents=True, exist_ok=True)
-    for path, data in zip(paths, supernode_key_pair(), strict=True):
+    for path, data in zip(paths, pair(), strict=True):
         _write(path, data, private=path.suffix == ".key")
     return paths
 
@@ -219,7 +239,8 @@ def bundle_files(supernodes: int) -> dict[str, list[str]]:
     """The files each machine needs, by bundle name."""
     public_keys = [supernode_key_names(i)[1] for i in range(supernodes)]
     bundles = {
-        "superlink": [CA_CERT, SERVER_CERT, SERVER_KEY, *public_keys],
+        "superlink": [CA_CERT, SERVER_CERT, SERVER_KEY, *public_keys, ADMIN_PUB],
+        "admin": [CA_CERT, ADMIN_KEY],
         "public": [CA_CERT],
     }
     for i in range(supernodes):
@@ -294,6 +315,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "machine: the private key never leaves it; the operator registers NAME.pub with "
         "`fl-server register`",
     )
+    parser.add_argument(
+        "--operator-key",
+        metavar="NAME",
+        help="only make one operator key pair, NAME.key (its credential) and NAME.pub, on the "
+        "operator's own machine; an admin adds NAME.pub with `fl-server operators add`",
+    )
     parser.add_argument("--days", type=int, default=365, help="validity of the certificates")
     parser.add_argument(
         "--if-missing",
@@ -317,11 +344,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--supernodes must be >= 0, got {args.supernodes}")
     if args.days < 1:
         parser.error(f"--days must be >= 1, got {args.days}")
-    if args.node_key is not None:
+    for option, name in (("--node-key", args.node_key), ("--operator-key", args.operator_key)):
+        if name is None:
+            continue
         if args.server_name or args.server_ip or args.supernodes or args.bundles:
-            parser.error("--node-key makes one key pair only: leave out the server and bundles")
-        if not args.node_key or "/" in args.node_key or args.node_key.startswith("."):
-            parser.error(f"--node-key must be a plain file name, got {args.node_key!r}")
+            parser.error(f"{option} makes one key pair only: leave out the server and bundles")
+        if not name or "/" in name or name.startswith("."):
+            parser.error(f"{option} must be a plain file name, got {name!r}")
+        if args.node_key is not None and args.operator_key is not None:
+            parser.error("--node-key and --operator-key: one key pair at a time")
         return args
     if not args.server_name and not args.server_ip:
         parser.error("give the SuperLink's address: --server-name HOST and/or --server-ip IP")
@@ -334,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.node_key is not None:
             files = node_key(args.directory, args.node_key)
+        elif args.operator_key is not None:
+            files = node_key(args.directory, args.operator_key, operator_key_pair)
         elif args.if_missing and (args.directory / CA_CERT).exists():
             print(f"fl-certs: {args.directory / CA_CERT} exists; keeping the material there")
         else:

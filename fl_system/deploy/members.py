@@ -9,8 +9,9 @@ private key never leaves it), the operator registers the `.pub` here, and the no
 connects and samples it from the next round. Unregistering a key ends that node's
 membership: the SuperLink refuses it from then on.
 
-Whoever reaches the Control API (the SuperLink's one port, :9092, since Flower 1.42 serves
-its Fleet and Control APIs together) can submit runs and register keys.
+On a SuperLink with operators (fl-server with TLS), each call carries a token that the
+operator's key signs (`--credential NAME.key`); registering and unregistering need the admin
+role, listing any role (`fl_system.access.operators`).
 """
 
 from __future__ import annotations
@@ -19,24 +20,50 @@ import argparse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fl_system.runtime.connection_checks import DeployError, require_file
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 DEFAULT_CONTROL = "127.0.0.1:9092"  # the operator runs these on the server machine
+COMMAND_LIFETIME = 300.0  # seconds a command's token is good for
+
+
+class OperatorToken:
+    """Flower's HTTP interceptor interface: every request carries `token` as its bearer."""
+
+    def __init__(self, token: str) -> None:
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def intercept(self, context, call_next):
+        from flwr.supercore.interceptors.http.utils import add_headers
+
+        add_headers(context.request, self.headers)
+        return call_next(context)
 
 
 @contextmanager
-def control_api(address: str, ca: Path | None) -> Iterator[object]:
+def control_api(
+    address: str, ca: Path | None, credential: Ed25519PrivateKey | None = None
+) -> Iterator[object]:
     """A client of the SuperLink's Control API (HTTPS checked against `ca`; plain HTTP when
-    `ca` is None), closed afterwards."""
+    `ca` is None), whose calls carry a token of the operator key `credential`, closed
+    afterwards."""
     from flwr.supercore.control.control_http_client import ControlHttpClient
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 
+    from fl_system.access.tokens import mint
+
+    interceptors: list[object] = [RuntimeVersionHttpInterceptor(component_name="fl-server")]
+    if credential is not None:
+        interceptors.append(OperatorToken(mint(credential, COMMAND_LIFETIME)))
     client = ControlHttpClient.from_server_address(
         server_address=address,
         insecure=ca is None,
         root_certificates=ca.read_bytes() if ca else None,
-        interceptors=[RuntimeVersionHttpInterceptor(component_name="fl-server")],
+        interceptors=interceptors,
     )
     try:
         yield client
@@ -113,10 +140,23 @@ def _call(method, request: object, doing: str):
         return method(request)
     except httpx.HTTPStatusError as err:
         error = FlowerError.from_json(err.response.text)
-        detail = error.message if error else f"HTTP {err.response.status_code}"
+        status = f"HTTP {err.response.status_code}"
+        detail = (error.public_details or error.message) if error else status
         raise DeployError(f"{doing} failed: {detail}") from None
     except httpx.HTTPError as err:
         raise DeployError(f"{doing} failed: {err}") from None
+
+
+def credential(path: Path | None) -> Ed25519PrivateKey | None:
+    """The operator key of `--credential`, None without one."""
+    from fl_system.access.tokens import load_credential
+
+    if path is None:
+        return None
+    try:
+        return load_credential(path)
+    except ValueError as err:
+        raise DeployError(f"--credential: {err}") from None
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -140,6 +180,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         tls.add_argument("--certs", type=Path, help="a folder with the federation's ca.crt")
         tls.add_argument("--root-certificates", type=Path, help="the federation's ca.crt")
         tls.add_argument("--insecure", action="store_true", help="a plain-text SuperLink")
+        command.add_argument(
+            "--credential",
+            type=Path,
+            help="your operator key, NAME.key (a SuperLink with operators requires it)",
+        )
     return parser.parse_args(argv)
 
 
@@ -147,7 +192,7 @@ def run(args: argparse.Namespace, say) -> int:
     ca = args.root_certificates or (args.certs / "ca.crt" if args.certs else None)
     if ca is not None:
         require_file(ca, "CA certificate")
-    with control_api(args.control, ca) as stub:
+    with control_api(args.control, ca, credential(args.credential)) as stub:
         if args.command == "nodes":
             for node_id, status in nodes(stub):
                 say(f"{node_id} {status}")

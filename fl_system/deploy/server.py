@@ -16,8 +16,15 @@ SuperLink hands ServerApp tasks only to calls signed with a secret made afresh a
 (Flower's SuperExec auth), which only that launcher holds: the Runtime API shares the public
 port.
 
+With TLS, the Control API takes calls from the federation's operators only, each as its
+role allows, and writes each call to `<state-dir>/audit.jsonl` (`fl_system.access`): the
+operators are in `<state-dir>/operators.json`, read again whenever it changes; the first
+start adds the admin whose key fl-certs made (`--certs DIR`'s admin.pub).
+
 `fl-server register KEY.pub ...`, `unregister KEY.pub ...` and `nodes` change and list the
-SuperNodes of a SuperLink that runs (`fl_system.deploy.members`).
+SuperNodes of a SuperLink that runs (`fl_system.deploy.members`); `fl-server operators`,
+`audit` and `login` manage its operators, print its audit log and give Flower's CLI a token
+(`fl_system.deploy.operator_commands`).
 """
 
 from __future__ import annotations
@@ -37,8 +44,11 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-from fl_system.deploy import members
-from fl_system.deploy.certs import CA_CERT, SERVER_CERT, SERVER_KEY
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from fl_system.deploy import members, operator_commands
+from fl_system.deploy.certs import ADMIN_PUB, CA_CERT, SERVER_CERT, SERVER_KEY
+from fl_system.deploy.operator_commands import DEFAULT_STATE_DIR
 from fl_system.runtime.connection_checks import (
     DeployError,
     check_signed_by,
@@ -52,10 +62,15 @@ from fl_system.runtime.connection_checks import (
 )
 from fl_system.runtime.launch.ports import port_open
 from fl_system.runtime.launch.processes import tool_env
-from fl_system.runtime.superlink import LOG_ENV, LOG_LEVELS
+from fl_system.runtime.superlink import (
+    AUDIT_ENV,
+    LOG_ENV,
+    LOG_LEVELS,
+    OPERATORS_ENV,
+    OWN_KEY_ENV,
+)
 from fl_system.runtime.supernode.launcher import SOCKET_ENV
 
-DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 STARTUP_SECONDS = 60.0
 LAUNCHER_STOP_SECONDS = 5.0  # a stopped launcher ends its ServerApps and closes its clients
 MEMBER_COMMANDS = ("register", "unregister", "nodes")  # fl-server register KEY.pub ...
@@ -154,21 +169,26 @@ def new_secret(folder: Path) -> Path:
     return path
 
 
-def register_keys(keys: Sequence[Path], control: str, ca: Path | None) -> None:
-    """Register each key through the Control API at `control` (`members.register`)."""
-    with members.control_api(control, ca) as stub:
+def register_keys(
+    keys: Sequence[Path], control: str, ca: Path | None, own: Ed25519PrivateKey | None
+) -> None:
+    """Register each key through the Control API at `control` (`members.register`), as
+    fl-server's own operator `own`."""
+    with members.control_api(control, ca, own) as stub:
         for key in keys:
             _, new = members.register(stub, key)
             say(f"{'registered' if new else 'kept the registered'} SuperNode key {key.name}")
 
 
-def enroll(folder: Path, done: set[Path], control: str, ca: Path | None) -> set[Path]:
+def enroll(
+    folder: Path, done: set[Path], control: str, ca: Path | None, own: Ed25519PrivateKey | None
+) -> set[Path]:
     """Register the keys in `folder` not seen yet; those seen now. A file that is no key is
     reported and left alone (the SuperLink goes on serving)."""
     new = sorted(set(folder.glob("*.pub")) - done) if folder.is_dir() else []
     for key in new:
         try:
-            register_keys([key], control, ca)
+            register_keys([key], control, ca, own)
         except DeployError as err:
             say(f"error: {folder.name}/{key.name} was not registered: {err}")
     return set(new)
@@ -243,6 +263,14 @@ def run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="fl-server-"))
     wake = work / "launcher.sock"  # the SuperLink wakes the launcher here per new run
     env = tool_env({LOG_ENV: args.log_level, SOCKET_ENV: str(wake)})
+    own = None
+    if tls is not None:  # the Control API takes its operators' calls only
+        own, own_public = operator_commands.own_operator()
+        registry = operator_commands.registry(args.state_dir)
+        env |= {OPERATORS_ENV: str(registry.path), OWN_KEY_ENV: own_public,
+                AUDIT_ENV: str(operator_commands.audit_path(args.state_dir))}  # fmt: skip
+        for line in operator_commands.first_admin(registry, args.certs / ADMIN_PUB):
+            say(line)
     secret = new_secret(work)
     here = local_address(args.address)
     ca = tls[0] if tls else None
@@ -254,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _wait_ports(proc, [port])
         if keys:
-            register_keys(keys, here, ca)
+            register_keys(keys, here, ca, own)
         enrolled: set[Path] = set()
         ready.write_text(f"{args.address}\n")
         say(
@@ -264,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
         )
         while (code := proc.poll()) is None:
             if args.enroll_dir is not None:
-                enrolled |= enroll(args.enroll_dir, enrolled, here, ca)
+                enrolled |= enroll(args.enroll_dir, enrolled, here, ca, own)
             if launcher.poll() is not None and not stopper.stopping:
                 raise DeployError(
                     f"the ServerApp launcher exited with code {launcher.returncode} (its output "
@@ -354,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv[:1] and argv[0] in MEMBER_COMMANDS:  # the running federation's members
             return members.run(members.parse_args(argv), say)
+        if argv[:1] and argv[0] in operator_commands.COMMANDS:
+            return operator_commands.main(argv, say)
         return run(parse_args(argv))
     except DeployError as err:
         print(f"fl-server: error: {err}", file=sys.stderr, flush=True)

@@ -6,7 +6,9 @@ objects still uploading), `returning_nodes` (the SuperLink ends a restarted node
 message), `scoped_middleware` (the SuperLink's Control- and Fleet-only middlewares skip other
 requests), `sql_state` (the SQL SuperLink skips the SQL of calls that need none),
 `stranded_replies` (a SuperNode drops a stopped run's message and sends every reply it
-holds)."""
+holds), `operator_access` (the SuperLink's Control API authenticates, authorises and audits
+with our plugin and middlewares), `flwr_credentials` (Flower's CLI sends an operator's
+token)."""
 
 from __future__ import annotations
 

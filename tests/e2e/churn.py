@@ -311,6 +311,7 @@ def fl_run(
         "runtime=remote",
         f"runtime.address={server}:{PORT}",
         f"runtime.root_certificates={federation.certs / 'ca.crt'}",
+        f"runtime.credential={federation.certs / 'admin.key'}",
         *("dataset=digits", "model=mlp", "train.batch_size=64", f"num_rounds={num_rounds}"),
         f"num_clients={partitions}",
         f"hydra.run.dir={run_dir}",

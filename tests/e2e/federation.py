@@ -71,7 +71,12 @@ class Federation:
 
     @property
     def control(self) -> list[str]:
-        """fl-server register|unregister|nodes' arguments for this federation."""
+        """fl-server register|unregister|nodes' arguments for this federation (as its admin)."""
+        return [*self.connection, "--credential", str(self.certs / certs.ADMIN_KEY)]
+
+    @property
+    def connection(self) -> list[str]:
+        """How a host reaches this federation's Control API, with no credential."""
         return ["--certs", str(self.certs), "--control", self.server]
 
     def run_in(self, host: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:

@@ -201,7 +201,15 @@ def test_fl_certs_bundles_give_each_machine_only_its_share(tmp_path: Path) -> No
     assert certs.main(args) == 0
     listing = {d.name: sorted(f.name for f in d.iterdir()) for d in out.iterdir()}
     assert listing == {
-        "superlink": ["ca.crt", "server.crt", "server.key", "supernode-0.pub", "supernode-1.pub"],
+        "superlink": [
+            "admin.pub",
+            "ca.crt",
+            "server.crt",
+            "server.key",
+            "supernode-0.pub",
+            "supernode-1.pub",
+        ],
+        "admin": ["admin.key", "ca.crt"],
         "supernode-0": ["ca.crt", "supernode-0.key"],
         "supernode-1": ["ca.crt", "supernode-1.key"],
         "public": ["ca.crt"],

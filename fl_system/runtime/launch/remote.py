@@ -9,6 +9,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from fl_system.access.tokens import RUN_LIFETIME, load_credential, mint
+from fl_system.flower import FlwrInternalsChanged, flwr_credentials, raise_if
+from fl_system.flower.flwr_credentials import store_token
 from fl_system.records.run_dir import RunPaths
 from fl_system.runtime.connection_checks import (
     DeployError,
@@ -28,6 +31,8 @@ class RemoteRuntime:
     Before submitting, the Control API must answer within `connect_timeout` seconds (with a
     countdown) and, with TLS, present a certificate that `root_certificates` verifies.
     Stopping fl-run stops the run on the server, unless `detach` leaves it running there.
+    `credential` is the operator's key (NAME.key from `fl-certs --operator-key NAME`): each
+    Control API call carries a token it signs, as a SuperLink with operators requires.
     """
 
     def __init__(
@@ -38,6 +43,7 @@ class RemoteRuntime:
         insecure: bool = False,
         connect_timeout: float = 30,
         detach: bool = False,
+        credential: str | None = None,
     ) -> None:
         try:
             self.host, self.port = split_address(address, "runtime.address")
@@ -52,6 +58,12 @@ class RemoteRuntime:
         if not isinstance(detach, bool):
             raise LaunchError(f"runtime.detach must be true or false, got {detach!r}")
         self.detach = detach
+        self.credential = None
+        if credential:
+            try:
+                self.credential = load_credential(Path(credential))
+            except ValueError as err:
+                raise LaunchError(f"runtime.credential: {err}") from None
 
     def run(self, cfg: DictConfig, paths: RunPaths) -> None:
         self._check()
@@ -59,6 +71,9 @@ class RemoteRuntime:
         flwr_home = Path(tempfile.mkdtemp(prefix="fl-system-flwr-"))
         try:
             env = tool_env({"FLWR_HOME": str(flwr_home)})
+            if self.credential is not None:
+                token = mint(self.credential, RUN_LIFETIME)
+                store_token(flwr_home, self.connection.address, token)
             submit_and_follow(
                 cfg, paths, self.connection, procs, env, remote=True, detach=self.detach
             )
@@ -67,6 +82,11 @@ class RemoteRuntime:
             shutil.rmtree(flwr_home, ignore_errors=True)
 
     def _check(self) -> None:
+        if self.credential is not None:
+            try:
+                raise_if(flwr_credentials.problems())
+            except FlwrInternalsChanged as err:
+                raise LaunchError(str(err)) from None
         conn = self.connection
         if conn.insecure and not is_loopback(self.host):
             print(

@@ -101,7 +101,7 @@ def submit_and_follow(
         follow_run(cfg, paths, submit, procs, since=since)
     except LaunchError as err:
         if not paths.summary.exists():
-            ended = _stopped_from_outside(paths, env, since)
+            ended = _refused(paths, since) or _stopped_from_outside(paths, env, since)
             if ended is None and remote:
                 ended = _superlink_gone(conn, paths)
             if ended is not None:
@@ -174,6 +174,17 @@ def _started_run(paths: RunPaths, since: int) -> int | None:
     (the log of a resumed run holds the earlier runs' ids first)."""
     started = re.findall(r"Successfully started run (\d+)", _read(server_log(paths), since))
     return int(started[-1]) if started else None
+
+
+def _refused(paths: RunPaths, since: int) -> str | None:
+    """The SuperLink's answer, on one line, when it refused to start the run (Flower's CLI
+    prints it in a box: `[code: N] ...`)."""
+    text = _read(server_log(paths), since)
+    if _started_run(paths, since) is not None or "[code: " not in text:
+        return None
+    box = text[text.index("[code: ") :].split("╰")[0]
+    said = " ".join(line.strip(" │\n") for line in box.splitlines())
+    return "the SuperLink refused the run: " + re.sub(r"\[code: \d+\] ", "", " ".join(said.split()))
 
 
 def _stopped_from_outside(paths: RunPaths, env: dict[str, str], since: int) -> str | None:
