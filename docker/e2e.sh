@@ -148,7 +148,17 @@ NODE_KEYS="$(for p in 0 1 2; do printf '/var/lib/fl-client/partition-%s/node.key
 for id in $REPLICAS; do
     check_keys "supernode ${id:0:12}" "$NODE_KEYS" docker exec "$id" sh -c
 done
-check_keys runner "" compose run --rm --no-deps -T --entrypoint sh runner -c
+check_keys runner "/certs/admin.key:600:1000" compose run --rm --no-deps -T --entrypoint sh runner -c
+# a container without an operator credential (a SuperNode's: ca.crt only) submits nothing
+compose run --rm --no-deps -T --entrypoint fl-run supernode runtime=remote \
+    runtime.address=superlink:9092 runtime.root_certificates=/certs/ca.crt num_clients=3 \
+    > "$LOGDIR/no-credential.log" 2>&1 && { say "a run without a credential was accepted"; exit 10; }
+if ! grep -q "fl-run: error: the SuperLink refused the run: .*from its operators only" "$LOGDIR/no-credential.log"; then
+    tail -n 20 "$LOGDIR/no-credential.log" >&2
+    say "a run without a credential was not refused as such"
+    exit 10
+fi
+REFUSED="$(grep -o "refused the run: .*" "$LOGDIR/no-credential.log" | cut -c1-90)"
 # each replica holds a partition of its own, each partition a key of its own
 claimed() { docker logs "$1" 2>&1 | sed -n 's/.*claimed partition \([0-9]*\) of.*/\1/p' | tail -n 1; }
 PARTS=""
@@ -328,6 +338,7 @@ run          : $FIRST_RUN_ARGS
 wall time    : ${WALL_S} s of 'compose run --rm runner' (federation started, run followed)
 copy-out     : $LOGDIR/my-runs (owned by uid $(id -u), readable by all)
 private keys :$SECRETS
+no credential: $REFUSED
 result       : $CHECK
 logs         : $LOGDIR
 REPORT

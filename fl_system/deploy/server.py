@@ -93,11 +93,12 @@ def tls_files(certs: Path) -> tuple[Path, Path, Path]:
 
 
 def public_keys(paths: Sequence[Path]) -> list[Path]:
-    """Every *.pub in the given directories, plus the files given directly."""
+    """Every *.pub in the given directories (but the admin's operator key, which fl-certs
+    writes beside the SuperNodes' keys), plus the files given directly."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found += sorted(path.glob("*.pub"))
+            found += sorted(p for p in path.glob("*.pub") if p.name != ADMIN_PUB)
         else:
             found.append(require_file(path, "--authorized-keys"))
     if paths and not found:
