@@ -77,6 +77,7 @@ class NodeRegistry:
         self._last_holder: dict[int, int] = {}  # partition -> the node that held it last
         self._last_held: Counter[int] = Counter()  # node -> partitions it held last
         self._failed: dict[int, str] = {}  # node -> why its ClientApp raised at the handshake
+        self._refused: dict[int, str] = {}  # node -> why its site refused this run
         self.excluded: set[int] = set()  # partitions whose data the run left out
         self._bytes_up = 0
         self._bytes_down = 0
@@ -132,6 +133,12 @@ class NodeRegistry:
                 return nodes
             online = set(self._grid.get_node_ids())
             failed = [self._failed[n] for n in sorted(online) if n in self._failed]
+            refused = {n: self._refused[n] for n in sorted(online) if n in self._refused}
+            if len(online) >= count and len(refused) == len(online):
+                raise RunFailed(
+                    f"all {len(online)} SuperNodes refused this run: "
+                    + "; ".join(f"node {n}: {reason}" for n, reason in refused.items())
+                )
             if len(online) >= count and failed and len(failed) == len(online):
                 # the app itself is broken (its code, its data loading): waiting won't mend it
                 raise RunFailed(
@@ -139,6 +146,8 @@ class NodeRegistry:
                     f"{failed[0]} ({self._logs})"
                 )
             why = f"; {len(failed)} failed the handshake: {failed[0]}" if failed else ""
+            if refused:
+                why += f"; {len(refused)} refused this run: {next(iter(refused.values()))}"
             now = time.monotonic()
             if now >= deadline:
                 raise TimeoutError(
@@ -165,6 +174,11 @@ class NodeRegistry:
         holders = {p: n for n, p in self.partition_of.items()}  # a look-up per reply, not a scan
         for reply in self._ask(node_ids, timeout):
             node = reply.metadata.src_node_id
+            if reply.has_error() and reply.error.code == ErrorCode.INVALID_FAB:  # its site's
+                log.warning("node %d refused this run: %s", node, reply.error.reason)
+                self._refused[node] = str(reply.error.reason)
+                self._leave_out(node)
+                continue
             if reply.has_error():
                 log.warning("node %d failed the handshake: %s", node, reply.error.reason)
                 self._leave_out(node)

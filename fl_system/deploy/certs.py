@@ -16,8 +16,9 @@ into a folder of its own, so that nothing else needs to reach it:
 
     OUT/superlink/      ca.crt, server.crt, server.key, supernode-*.pub, admin.pub
     OUT/admin/          ca.crt, admin.key (the admin's credential: fl-server register, ...)
-    OUT/supernode-<i>/  ca.crt, supernode-<i>.key
-    OUT/public/         ca.crt (for fl-run and flwr: they only check the server)
+    OUT/supernode-<i>/  ca.crt, supernode-<i>.key, admin.pub
+    OUT/public/         ca.crt, admin.pub (for nodes: fl-client --trust admin.pub runs the
+                        admin's signed apps only)
 
 `fl-certs DIR --node-key NAME` makes only NAME.key and NAME.pub, on a node that joins a running
 federation: its private key never leaves its machine (`fl-server register NAME.pub` admits it).
@@ -241,10 +242,10 @@ def bundle_files(supernodes: int) -> dict[str, list[str]]:
     bundles = {
         "superlink": [CA_CERT, SERVER_CERT, SERVER_KEY, *public_keys, ADMIN_PUB],
         "admin": [CA_CERT, ADMIN_KEY],
-        "public": [CA_CERT],
+        "public": [CA_CERT, ADMIN_PUB],
     }
     for i in range(supernodes):
-        bundles[f"supernode-{i}"] = [CA_CERT, supernode_key_names(i)[0]]
+        bundles[f"supernode-{i}"] = [CA_CERT, supernode_key_names(i)[0], ADMIN_PUB]
     return bundles
 
 

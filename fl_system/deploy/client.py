@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from flwr.common.constant import HEARTBEAT_MAX_INTERVAL
 
 from fl_system.deploy import enrollment
+from fl_system.deploy.server_watch import ServerWatch
 from fl_system.flower.flwr_hooks import MIN_HEARTBEAT, REFUSED_LOG
 from fl_system.messages import protocol
 from fl_system.runtime.connection_checks import (
@@ -32,7 +32,6 @@ from fl_system.runtime.connection_checks import (
     check_tls,
     echo,
     is_loopback,
-    reachable,
     require_file,
     split_address,
     start_piped,
@@ -41,6 +40,7 @@ from fl_system.runtime.connection_checks import (
 from fl_system.runtime.launch.ports import free_port
 from fl_system.runtime.launch.processes import tool_env
 from fl_system.runtime.supernode.node import HEARTBEAT_ENV, SUPERVISOR_ENV
+from fl_system.runtime.supernode.site_checks import TRUST_ENV, trust_line, trusted_keys
 
 # The SuperLink does not know this node's key, or a node with this key is still online (one
 # killed holds it until its heartbeats lapse). A SuperLink opens its ports a moment before
@@ -130,6 +130,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         help="where client state survives restarts (default: per user); with --partition-id "
         "auto, the claimed partition's folder in it (partition-<id>) holds its key and state",
+    )
+    parser.add_argument(
+        "--trust",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="KEY.pub",
+        help="run only apps this operator (or another --trust) signed",
     )
     parser.add_argument(
         "--heartbeat",
@@ -246,6 +254,10 @@ def check(args: argparse.Namespace) -> str:
         require_file(args.root_certificates, "--root-certificates")
     if args.auth_key is not None:
         check_auth_key(args.auth_key)
+    try:
+        say(trust_line(trusted_keys(args.trust)))
+    except ValueError as err:
+        raise DeployError(str(err)) from None
     if args.insecure and not is_loopback(host):
         say(f"WARNING: plain text to {args.server}: model updates cross the network unencrypted")
     wait_reachable(host, port, args.connect_timeout, say=say)
@@ -280,11 +292,13 @@ def _run_supernode(args: argparse.Namespace, config: str) -> int:
     """The SuperNode until it ends (its exit code) or says it will not take part."""
     # its own session: we stop its whole tree (ClientApp processes) ourselves
     env = tool_env({HEARTBEAT_ENV: str(args.heartbeat), SUPERVISOR_ENV: str(os.getpid())})
+    if args.trust:  # the node checks each run's app before it takes the run
+        env[TRUST_ENV] = os.pathsep.join(str(p.resolve()) for p in args.trust)
     proc = start_piped(supernode_command(args, config), env, own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
     say(f"SuperNode for partition {args.partition_id} started, server {args.server}")
     host, port = split_address(args.server, "--server")
-    watch = ServerWatch(host, port, args.connect_timeout + WATCH_MARGIN_SECONDS, proc)
+    watch = ServerWatch(host, port, args.connect_timeout + WATCH_MARGIN_SECONDS, proc, _stop)
     try:
         assert proc.stdout is not None
         for line in echo(proc.stdout):
@@ -300,43 +314,6 @@ def _run_supernode(args: argparse.Namespace, config: str) -> int:
     finally:
         watch.done.set()
         _stop(proc)
-
-
-class ServerWatch:
-    """A backstop for a SuperNode that stops noticing its server: a call the stopping server
-    cancelled is not retried by Flower, and the node then waits forever. After an error line
-    (`arm`), the server's port is probed; if it stays closed for `limit` seconds the SuperNode
-    is stopped and `lost` is set, and the first successful probe disarms the watch again."""
-
-    def __init__(
-        self, host: str, port: int, limit: float, proc: subprocess.Popen, interval: float = 2.0
-    ) -> None:
-        self.lost = False
-        self.done = threading.Event()
-        self._armed = threading.Event()
-        self._args = (host, port, limit, proc, interval)
-        threading.Thread(target=self._watch, name="server-watch", daemon=True).start()
-
-    def arm(self) -> None:
-        self._armed.set()
-
-    def _watch(self) -> None:
-        host, port, limit, proc, interval = self._args
-        down_since: float | None = None
-        while not self.done.is_set() and proc.poll() is None:
-            if not self._armed.is_set():
-                self._armed.wait(interval)
-                continue
-            if reachable(host, port):
-                down_since = None
-                self._armed.clear()
-            elif down_since is None:
-                down_since = time.monotonic()
-            elif time.monotonic() - down_since >= limit:
-                self.lost = True
-                _stop(proc)
-                return
-            self.done.wait(interval)
 
 
 def _fatal(line: str) -> str | None:

@@ -1,4 +1,4 @@
-"""A SuperLink's operators, from its machine: `fl-server operators|audit|login`.
+"""A SuperLink's operators, from its machine: `fl-server operators|audit|login|sign`.
 
     fl-server operators add KEY.pub --role submitter [--name NAME]   (NAME: the file's stem)
     fl-server operators revoke NAME
@@ -6,10 +6,12 @@
     fl-server audit                      every Control API call, oldest first
     fl-server login NAME.key --control HOST:PORT   Flower's CLI (flwr run/ls/log/stop) sends
                                                    NAME's token to HOST:PORT from then on
+    fl-server sign APP --credential NAME.key       sign a Flower app's folder: nodes that
+                                                   trust NAME run it (`flwr run APP` after)
 
 `operators` and `audit` read and write the SuperLink's `--state-dir` (the server's own files:
 whoever runs them there is trusted as the server is); a change counts from the next call,
-without a restart. `login` runs on the operator's machine, with the operator's key.
+without a restart. `login` and `sign` run on the operator's machine, with its key.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from fl_system.access.operators import ADMIN, ROLES, OperatorRegistry, RegistryE
 from fl_system.runtime.connection_checks import DeployError, require_file
 from fl_system.runtime.superlink import OWN_OPERATOR
 
-COMMANDS = ("operators", "audit", "login")
+COMMANDS = ("operators", "audit", "login", "sign")
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 OPERATORS_FILE, AUDIT_FILE = "operators.json", "audit.jsonl"
 LOGIN_DAYS = 30
@@ -88,6 +90,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--control", required=True, help="the SuperLink as flwr's connection names it, HOST:PORT"
     )
     login.add_argument("--days", type=int, default=LOGIN_DAYS, help="how long the token lasts")
+    signing = commands.add_parser("sign", help="sign a Flower app's folder with your key")
+    signing.add_argument("app", type=Path, metavar="APP")
+    signing.add_argument("--credential", type=Path, required=True, metavar="NAME.key")
     return parser.parse_args(argv)
 
 
@@ -96,6 +101,8 @@ def main(argv: Sequence[str], say: Callable[[str], None]) -> int:
     try:
         if args.command == "login":
             return _login(args, say)
+        if args.command == "sign":
+            return _sign(args, say)
         if args.command == "audit":
             for line in audit.read(audit_path(args.state_dir)):
                 print(audit.format_line(line))
@@ -119,6 +126,15 @@ def _operators(args: argparse.Namespace, reg: OperatorRegistry, say: Callable[[s
         for op in reg.operators().values():
             state = f"revoked {op.revoked}" if op.revoked else "active"
             print(f"{op.name}  {op.role}  added {op.added}  {state}")
+    return 0
+
+
+def _sign(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    from fl_system.access.tokens import load_credential
+    from fl_system.runtime.app_signing import sign_app
+
+    path = sign_app(args.app, load_credential(args.credential))
+    say(f"{args.app} signed with {args.credential.name} ({path.name}); sign again after any change")
     return 0
 
 

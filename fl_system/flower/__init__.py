@@ -8,7 +8,8 @@ requests), `sql_state` (the SQL SuperLink skips the SQL of calls that need none)
 `stranded_replies` (a SuperNode drops a stopped run's message and sends every reply it
 holds), `operator_access` (the SuperLink's Control API authenticates, authorises and audits
 with our plugin and middlewares), `flwr_credentials` (Flower's CLI sends an operator's
-token)."""
+token), `fab_manifest` (the manifest of the FAB `flwr run` builds, for signing),
+`app_checks` (a SuperNode refuses a run its site does not accept, before taking it)."""
 
 from __future__ import annotations
 

@@ -17,16 +17,15 @@ import inspect
 import json
 import shutil
 import sys
-import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import tomli_w
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from fl_system.flower import fab_manifest
 from fl_system.learning.app_supplied import model_from_app
 from fl_system.learning.model_parts import child_names, forward_parts, has_feature_split
 from fl_system.learning.seeding import torch_seeded
@@ -130,12 +129,7 @@ def ship_source(source: str, app: Path) -> Path:
         shutil.copyfile(path, dest / path.name)
     else:
         shutil.copytree(path, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    project = app / "pyproject.toml"  # the FAB takes the files its fab-include names
-    config = tomllib.loads(project.read_text())
-    app_conf = config.get("tool", {}).get("flwr", {}).get("app", {})
-    if "fab-include" in app_conf:
-        app_conf["fab-include"] = [*app_conf["fab-include"], f"{SHIPPED}/**/*.py"]
-        project.write_text(tomli_w.dumps(config))
+    fab_manifest.include(app, f"{SHIPPED}/**/*.py")  # the FAB takes what fab-include names
     return dest
 
 

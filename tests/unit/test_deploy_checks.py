@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fl_system.deploy import certs, client, members, server
+from fl_system.deploy.server_watch import ServerWatch
 from fl_system.flower import flwr_hooks
 from fl_system.runtime.connection_checks import (
     DeployError,
@@ -210,9 +211,9 @@ def test_fl_certs_bundles_give_each_machine_only_its_share(tmp_path: Path) -> No
             "supernode-1.pub",
         ],
         "admin": ["admin.key", "ca.crt"],
-        "supernode-0": ["ca.crt", "supernode-0.key"],
-        "supernode-1": ["ca.crt", "supernode-1.key"],
-        "public": ["ca.crt"],
+        "supernode-0": ["admin.pub", "ca.crt", "supernode-0.key"],
+        "supernode-1": ["admin.pub", "ca.crt", "supernode-1.key"],
+        "public": ["admin.pub", "ca.crt"],
     }
     assert not any(f.name == certs.CA_KEY for f in out.rglob("*"))
     for key in out.rglob("*.key"):
@@ -262,7 +263,7 @@ def test_the_server_watch_stops_a_supernode_whose_server_stays_gone() -> None:
         hung = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
         )
-        watch = client.ServerWatch("127.0.0.1", closed, 1.0, hung, interval=0.1)
+        watch = ServerWatch("127.0.0.1", closed, 1.0, hung, client._stop, interval=0.1)
         time.sleep(1.5)
         assert hung.poll() is None and not watch.lost  # not armed: nothing was wrong yet
         watch.arm()
@@ -276,7 +277,7 @@ def test_the_server_watch_leaves_a_supernode_whose_server_is_up(tmp_path: Path) 
             [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
         )
         try:
-            watch = client.ServerWatch("127.0.0.1", port, 0.5, node, interval=0.1)
+            watch = ServerWatch("127.0.0.1", port, 0.5, node, client._stop, interval=0.1)
             watch.arm()
             time.sleep(1.5)
             assert node.poll() is None and not watch.lost

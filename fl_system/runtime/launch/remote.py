@@ -32,7 +32,8 @@ class RemoteRuntime:
     countdown) and, with TLS, present a certificate that `root_certificates` verifies.
     Stopping fl-run stops the run on the server, unless `detach` leaves it running there.
     `credential` is the operator's key (NAME.key from `fl-certs --operator-key NAME`): each
-    Control API call carries a token it signs, as a SuperLink with operators requires.
+    Control API call carries a token it signs, as a SuperLink with operators requires, and it
+    signs the app, as nodes that trust their operators' apps only require.
     """
 
     def __init__(
@@ -75,8 +76,9 @@ class RemoteRuntime:
                 token = mint(self.credential, RUN_LIFETIME)
                 store_token(flwr_home, self.connection.address, token)
             submit_and_follow(
-                cfg, paths, self.connection, procs, env, remote=True, detach=self.detach
-            )
+                cfg, paths, self.connection, procs, env, remote=True, detach=self.detach,
+                sign_with=self.credential,
+            )  # fmt: skip
         finally:
             procs.stop()
             shutil.rmtree(flwr_home, ignore_errors=True)

@@ -7,6 +7,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tomli_w
 from omegaconf import DictConfig
@@ -27,6 +28,9 @@ from fl_system.runtime.launch.progress import (
     server_log,
 )
 from fl_system.settings.config_nodes import config_to_json
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 CONNECTION = "fl-system"
 STOP_SECONDS = 30.0  # for `flwr stop` when fl-run is stopped
@@ -80,19 +84,31 @@ def submit_and_follow(
     *,
     remote: bool = False,
     detach: bool = False,
+    sign_with: Ed25519PrivateKey | None = None,
 ) -> None:
     """Submit the run through `conn` with a private FLWR_HOME and follow it to the end.
 
     A `remote` SuperLink (one the runtime did not start, so does not stop) outlives fl-run:
     Ctrl-C or SIGTERM stops the run on it too (`flwr stop`), or with `detach` leaves it
     running there, the KeyboardInterrupt going on with what was done; and a SuperLink that
-    stopped or cannot be reached during the run is said so."""
+    stopped or cannot be reached during the run is said so. With `sign_with` (an operator's
+    key) the app is signed, as nodes that trust only their operators' apps require."""
     flwr_home = Path(env["FLWR_HOME"])
     write_flwr_home(flwr_home, conn)
     run_file = write_run_config(flwr_home / "run.toml", config_to_json(cfg))
     app = stage_app(app_dir(), flwr_home / "app")
     if cfg.model.get("source"):  # one's own model's code travels in the FAB (README)
         ship_source(str(cfg.model.source), app)
+    if sign_with is not None:  # imported here: a local run signs nothing
+        from fl_system.access.app_signature import SIGNATURE_FILE
+        from fl_system.flower import fab_manifest
+        from fl_system.runtime.app_signing import SigningError, sign_app
+
+        fab_manifest.include(app, SIGNATURE_FILE)
+        try:
+            sign_app(app, sign_with)
+        except SigningError as err:
+            raise LaunchError(str(err)) from None
     since = log_end(paths)
     submit = procs.start(
         "flwr run", flwr_run_command(app, run_file), server_log(paths), env, plain=True

@@ -12,6 +12,8 @@ fl-superlink). If the launcher dies, the node logs why and stops (exit 1), so th
 answers the server with "node unavailable" instead of the round waiting forever. With
 FL_SUPERVISOR_PID (fl-client sets it to its own pid) the node also stops when that parent is
 gone: a SIGKILLed fl-client leaves no SuperNode training on unsupervised, holding its key.
+With FL_NODE_TRUST (fl-client --trust) it runs only apps signed by those operators' keys
+(`site_checks`).
 """
 
 from __future__ import annotations
@@ -176,10 +178,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     flower_args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     try:
-        from fl_system.flower import flwr_hooks, flwr_tasks, object_pulls, stranded_replies
+        from fl_system.flower import (
+            app_checks,
+            flwr_hooks,
+            flwr_tasks,
+            object_pulls,
+            raise_if,
+            stranded_replies,
+        )
         from fl_system.runtime import flwr_check
+        from fl_system.runtime.supernode import site_checks
 
         flwr_check.check()
+        if (trusted := site_checks.from_env()) is not None:
+            raise_if(app_checks.problems())
         schedule = PollSchedule.from_env()
         if (heartbeat := env_seconds(HEARTBEAT_ENV)) is not None:
             flwr_hooks.set_node_heartbeat(heartbeat)
@@ -195,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wakeups = Wakeups(wake_dir) if wake_dir else None
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify, wakeups=wakeups)
     stranded_replies.install()
+    if trusted is not None:  # outside stranded_replies: a refusal is no message it tracks
+        app_checks.install(site_checks.app_check(trusted, say))
     object_pulls.retry_sooner("supernode")
     flwr_tasks.reply_at_once_when_killed()
     flwr_hooks.say_when_refused()
