@@ -1,10 +1,11 @@
 """The Control API's audit log: one JSON line per call, appended, never rewritten.
 
 Each line says when, who (the operator, or "-" when no operator was recognised), its role,
-what (the Control API call), the run it concerns, the hash of the app it submitted, and the
-result ("ok", or "refused: " and why). Lines are written whole with one `write` to a file
-opened for appending, so a reader, a crash or a second writer never leaves half a line. The
-log also says who submitted each run (the owner a submitter must be to read or stop it).
+what (the Control API call), the run it concerns, the hash of the app it submitted and the
+operator who signed that app (`fl_system.access.app_signature`), and the result ("ok", or
+"refused: " and why). Lines are written whole with one `write` to a file opened for
+appending, so a reader, a crash or a second writer never leaves half a line. The log also
+says who submitted each run (the owner a submitter must be to read or stop it).
 """
 
 from __future__ import annotations
@@ -16,16 +17,23 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-FIELDS = ("when", "who", "role", "what", "run_id", "fab_hash", "result")
+FIELDS = ("when", "who", "role", "what", "run_id", "fab_hash", "signer", "result")
 OK = "ok"
 
 
 def entry(
-    who: str, role: str, what: str, result: str, run_id: int | None = None, fab_hash: str = ""
+    who: str,
+    role: str,
+    what: str,
+    result: str,
+    run_id: int | None = None,
+    fab_hash: str = "",
+    signer: str = "",
 ) -> dict[str, object]:
     """One audit line's fields, stamped now (UTC)."""
     when = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-    return dict(zip(FIELDS, (when, who, role, what, run_id, fab_hash, result), strict=True))
+    values = (when, who, role, what, run_id, fab_hash, signer, result)
+    return dict(zip(FIELDS, values, strict=True))
 
 
 class AuditLog:

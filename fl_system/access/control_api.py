@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fl_system.access import audit
+from fl_system.access.app_signature import SIGNATURE_FILE, AppRefused, TrustedKey, check
 from fl_system.access.operators import (
     DOING,
     LIST,
@@ -148,11 +149,23 @@ class ControlAuthorization(BaseHTTPMiddleware):
             raise Refused(ApiErrorCode.NO_PERMISSIONS, refusal(op, action, run_id))
         if name == "start-run" and parsed is not None:
             request.state.fab_hash = hashlib.sha256(parsed.fab.content).hexdigest()
+            request.state.signer = signer_of(parsed.fab.content, self.registry)
         response = await call_next(request)
         started = getattr(request.state, "protobuf_response", None)
         if name == "start-run" and started is not None:
             request.state.run_id = int(started.run_id)
         return response
+
+
+def signer_of(fab: bytes, registry: OperatorRegistry) -> str:
+    """The operator whose key signed `fab` ("unsigned", or why its signature is none of
+    theirs, otherwise): what the nodes that trust the operators will find."""
+    keys = {op.key_id: TrustedKey(op.name, op.key())
+            for op in registry.operators().values() if op.revoked is None}  # fmt: skip
+    try:
+        return check(fab, keys).name
+    except AppRefused as err:
+        return "unsigned" if f"no {SIGNATURE_FILE}" in str(err) else f"none: {err}"
 
 
 def refusal(op: Operator, action: str, run_id: int | None) -> str:
@@ -195,8 +208,8 @@ class ControlAudit(BaseHTTPMiddleware):
         run_id = getattr(state, "run_id", None)
         if run_id is None:
             run_id = _run_id(getattr(state, "protobuf_request", None))
-        line = audit.entry(who, op.role if op else "-", name, result, run_id,
-                           getattr(state, "fab_hash", ""))  # fmt: skip
+        fab, signer = getattr(state, "fab_hash", ""), getattr(state, "signer", "")
+        line = audit.entry(who, op.role if op else "-", name, result, run_id, fab, signer)
         self.log.append(line)
 
 

@@ -193,5 +193,14 @@ def test_operators_act_as_their_roles_allow_and_nodes_run_their_trusted_apps(sit
         ("vic", "viewer", "list-nodes", "ok"),
         ("-", "-", "list-nodes", "refused"),  # vic, revoked
     ]
+    signers = [e["signer"] for e in audit_lines(fed)[start:] if e["what"] == "start-run"]
+    assert signers == [
+        "",  # vic's, refused before the app was looked at
+        "sam",
+        "ted",
+        "none: the app was changed after sam signed it",
+        "vic",  # an operator, whom the nodes do not trust
+        "sam",
+    ]
     for path in ("operators.json", "audit.jsonl"):
         assert oct((Path(state) / path).stat().st_mode & 0o777) == "0o600"

@@ -21,7 +21,7 @@ def test_a_restarted_server_knows_who_submitted_each_run(tmp_path: Path) -> None
     assert [line["who"] for line in lines] == ["sam", "vic", "ana"]
     assert list(lines[0]) == list(audit.FIELDS)
     assert audit.format_line(lines[1]).split("  ")[1:] == [
-        "vic", "viewer", "start-run", "-", "-", "refused: no"
+        "vic", "viewer", "start-run", "-", "-", "-", "refused: no"
     ]  # fmt: skip
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
