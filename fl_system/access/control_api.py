@@ -27,6 +27,7 @@ from flwr.supercore.auth.typing import (
 )
 from flwr.supercore.error import ApiErrorCode, FlowerError
 from flwr.superlink.auth_plugin import ControlAuthnPlugin
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import Response
@@ -94,9 +95,12 @@ class OperatorAuthn(ControlAuthnPlugin):
     def validate_tokens_in_metadata(
         self, metadata: Sequence[tuple[str, str | bytes]]
     ) -> tuple[bool, AccountInfo | None]:
-        return True, self._account(metadata, ACCESS_TOKEN_KEY)
+        return True, self._account(metadata, ACCESS_TOKEN_KEY)[0]
 
-    def _account(self, metadata: Sequence[tuple[str, str | bytes]], name: str) -> AccountInfo:
+    def _account(
+        self, metadata: Sequence[tuple[str, str | bytes]], name: str
+    ) -> tuple[AccountInfo, str | bytes]:
+        """(the account, the token) of the token `name` in `metadata`; Refused otherwise."""
         token = next((v for k, v in metadata if k == name), None)
         if not token:
             raise Refused(ApiErrorCode.ACCOUNT_AUTHENTICATION_FAILED, NO_CREDENTIAL)
@@ -104,7 +108,7 @@ class OperatorAuthn(ControlAuthnPlugin):
             op = verify(token.decode() if isinstance(token, bytes) else token, self.registry)
         except TokenRefused as err:
             raise Refused(ApiErrorCode.ACCOUNT_AUTHENTICATION_FAILED, str(err)) from None
-        return AccountInfo(flwr_aid=NOOP_FLWR_AID, account_name=op.name)
+        return AccountInfo(flwr_aid=NOOP_FLWR_AID, account_name=op.name), token
 
     def get_auth_tokens(self, device_code: str) -> AccountAuthCredentials | None:
         return None
@@ -114,8 +118,7 @@ class OperatorAuthn(ControlAuthnPlugin):
     ) -> tuple[Sequence[tuple[str, str | bytes]] | None, AccountInfo | None]:
         """Flower's CLI asks for a refresh when its token is refused: the same token again if
         it is good, else the reason it is not (a token ends; its operator makes a new one)."""
-        account = self._account(metadata, REFRESH_TOKEN_KEY)
-        token = next(v for k, v in metadata if k == REFRESH_TOKEN_KEY)
+        account, token = self._account(metadata, REFRESH_TOKEN_KEY)
         return [(ACCESS_TOKEN_KEY, token), (REFRESH_TOKEN_KEY, token)], account
 
 
@@ -149,7 +152,10 @@ class ControlAuthorization(BaseHTTPMiddleware):
             raise Refused(ApiErrorCode.NO_PERMISSIONS, refusal(op, action, run_id))
         if name == "start-run" and parsed is not None:
             request.state.fab_hash = hashlib.sha256(parsed.fab.content).hexdigest()
-            request.state.signer = signer_of(parsed.fab.content, self.registry)
+            # unzipping the app is work: off the event loop, as Flower keeps its plugins' I/O
+            request.state.signer = await run_in_threadpool(
+                signer_of, parsed.fab.content, self.registry
+            )
         response = await call_next(request)
         started = getattr(request.state, "protobuf_response", None)
         if name == "start-run" and started is not None:
@@ -191,13 +197,14 @@ class ControlAudit(BaseHTTPMiddleware):
         try:
             response = await call_next(request)
         except Refused as err:
-            self._write(request, name, f"refused: {err.public_details}")
+            await run_in_threadpool(self._write, request, name, f"refused: {err.public_details}")
             raise
         except FlowerError as err:
-            self._write(request, name, f"error: {err.message}")
+            await run_in_threadpool(self._write, request, name, f"error: {err.message}")
             raise
         status = response.status_code
-        self._write(request, name, audit.OK if status < 400 else f"error: HTTP {status}")
+        result = audit.OK if status < 400 else f"error: HTTP {status}"
+        await run_in_threadpool(self._write, request, name, result)
         return response
 
     def _write(self, request: Request, name: str, result: str) -> None:
