@@ -148,7 +148,17 @@ NODE_KEYS="$(for p in 0 1 2; do printf '/var/lib/fl-client/partition-%s/node.key
 for id in $REPLICAS; do
     check_keys "supernode ${id:0:12}" "$NODE_KEYS" docker exec "$id" sh -c
 done
-check_keys runner "/certs/admin.key:600:1000" compose run --rm --no-deps -T --entrypoint sh runner -c
+check_keys runner "/certs/submitter.key:600:1000" compose run --rm --no-deps -T --entrypoint sh runner -c
+# the runner's credential submits runs; admitting a node needs the admin's
+compose run --rm --no-deps -T --entrypoint sh runner -c 'fl-certs /tmp/k --node-key x >/dev/null &&
+    fl-server register /tmp/k/x.pub --control superlink:9092 --root-certificates /certs/ca.crt \
+    --credential /certs/submitter.key' > "$LOGDIR/runner-register.log" 2>&1 \
+    && { say "the runner registered a node"; exit 10; }
+if ! grep -q "(submitter) may not: registering and unregistering SuperNodes needs role admin" "$LOGDIR/runner-register.log"; then
+    tail -n 20 "$LOGDIR/runner-register.log" >&2
+    say "the runner's register was not refused for its role"
+    exit 10
+fi
 # a container without an operator credential (a SuperNode's: ca.crt only) submits nothing
 compose run --rm --no-deps -T --entrypoint fl-run supernode runtime=remote \
     runtime.address=superlink:9092 runtime.root_certificates=/certs/ca.crt num_clients=3 \

@@ -19,6 +19,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from fl_system.messages import protocol
+from fl_system.records.run_log import warning_line
 from server_app.exchange import exchange
 from server_app.rounds import RunFailed
 
@@ -134,11 +135,8 @@ class NodeRegistry:
             online = set(self._grid.get_node_ids())
             failed = [self._failed[n] for n in sorted(online) if n in self._failed]
             refused = {n: self._refused[n] for n in sorted(online) if n in self._refused}
-            if len(online) >= count and len(refused) == len(online):
-                raise RunFailed(
-                    f"all {len(online)} SuperNodes refused this run: "
-                    + "; ".join(f"node {n}: {reason}" for n, reason in refused.items())
-                )
+            if refused and (stop := self._too_few_take_it(online, refused, count)):
+                raise RunFailed(stop)
             if len(online) >= count and failed and len(failed) == len(online):
                 # the app itself is broken (its code, its data loading): waiting won't mend it
                 raise RunFailed(
@@ -147,7 +145,7 @@ class NodeRegistry:
                 )
             why = f"; {len(failed)} failed the handshake: {failed[0]}" if failed else ""
             if refused:
-                why += f"; {len(refused)} refused this run: {next(iter(refused.values()))}"
+                why += f"; {len(refused)} refused this run: {_each(refused)}"
             now = time.monotonic()
             if now >= deadline:
                 raise TimeoutError(
@@ -156,6 +154,8 @@ class NodeRegistry:
                     + (
                         f"{why} ({self._logs})"
                         if failed
+                        else why
+                        if refused
                         else f"; set num_clients={len(online)} (or clients_per_round), or "
                         "start more SuperNodes (Flower's simulation: options.num-supernodes)"
                         if len(online) < count
@@ -170,12 +170,26 @@ class NodeRegistry:
                 last_report = now
             time.sleep(1.0)
 
+    def _too_few_take_it(self, online: set[int], refused: dict[int, str], count: int) -> str:
+        """Why the run cannot start when its sites' refusals leave too few nodes ('' while it
+        can): decided once every partition's node is there, as a refusal is for the run."""
+        if len(refused) == len(online) and len(online) >= count:
+            return f"all {len(online)} SuperNodes refused this run: {_each(refused)}"
+        left = len(online) - len(refused)
+        if len(online) < self._num_partitions or left >= count - len(self.excluded):
+            return ""
+        return (
+            f"{len(refused)} of {len(online)} SuperNodes refused this run and a round needs "
+            f"{count} clients, {left} remain: {_each(refused)}"
+        )
+
     def _handshake(self, node_ids: list[int], timeout: float) -> None:
         holders = {p: n for n, p in self.partition_of.items()}  # a look-up per reply, not a scan
         for reply in self._ask(node_ids, timeout):
             node = reply.metadata.src_node_id
             if reply.has_error() and reply.error.code == ErrorCode.INVALID_FAB:  # its site's
-                log.warning("node %d refused this run: %s", node, reply.error.reason)
+                if self._refused.get(node) != str(reply.error.reason):  # once, not each ask
+                    self._say(warning_line(f"node {node} refused this run: {reply.error.reason}"))
                 self._refused[node] = str(reply.error.reason)
                 self._leave_out(node)
                 continue
@@ -289,3 +303,8 @@ def _raised(reason: str) -> str:
     first = (reason.strip().splitlines() or [""])[0]
     flower = re.match(r"<class '([\w.]+)'>:<'(.*?)'?>?$", first)  # Flower's "<class 'X'>:<'..."
     return f"{flower.group(1)}: {flower.group(2)}" if flower else first
+
+
+def _each(refused: dict[int, str]) -> str:
+    """Every refusing node with its site's reason, in one line."""
+    return "; ".join(f"node {node}: {reason}" for node, reason in refused.items())

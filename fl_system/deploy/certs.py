@@ -8,17 +8,13 @@ Writes into DIR
                                     what Flower's SuperNode authentication expects)
     admin.key / .pub                the first operator's Ed25519 key pair (OpenSSH): fl-server
                                     registers admin.pub as the federation's admin
+    submitter.key / .pub            an operator who may submit runs only (a runner, CI):
+                                    fl-server registers submitter.pub as a submitter
 
 Clients get ca.crt and their own supernode-<i>.key; the SuperLink gets server.crt/key and
 the .pub files (`fl-server --authorized-keys DIR` registers them); ca.key stays where it was
 made (it can sign a certificate for any name). `--bundles OUT` also copies each machine's share
-into a folder of its own, so that nothing else needs to reach it:
-
-    OUT/superlink/      ca.crt, server.crt, server.key, supernode-*.pub, admin.pub
-    OUT/admin/          ca.crt, admin.key (the admin's credential: fl-server register, ...)
-    OUT/supernode-<i>/  ca.crt, supernode-<i>.key, admin.pub
-    OUT/public/         ca.crt, admin.pub (for nodes: fl-client --trust admin.pub runs the
-                        admin's signed apps only)
+into a folder of its own (`fl_system.deploy.bundles`), so that nothing else needs to reach it.
 
 `fl-certs DIR --node-key NAME` makes only NAME.key and NAME.pub, on a node that joins a running
 federation: its private key never leaves its machine (`fl-server register NAME.pub` admits it).
@@ -30,11 +26,9 @@ Private keys are written with mode 0600 and nothing is ever overwritten.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import ipaddress
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +40,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CA_CERT, CA_KEY = "ca.crt", "ca.key"
 SERVER_CERT, SERVER_KEY = "server.crt", "server.key"
 ADMIN_KEY, ADMIN_PUB = "admin.key", "admin.pub"
+SUBMITTER_KEY, SUBMITTER_PUB = "submitter.key", "submitter.pub"
+OPERATOR_PAIRS = ((ADMIN_KEY, ADMIN_PUB), (SUBMITTER_KEY, SUBMITTER_PUB))  # made with the CA
 LOOPBACK_NAMES = ("localhost",)
 LOOPBACK_IPS = ("127.0.0.1", "::1")
 
@@ -169,7 +165,7 @@ def _openssh_pair(
     return private, public + b"\n"
 
 
-def _write(path: Path, data: bytes, *, private: bool) -> None:
+def write_new(path: Path, data: bytes, *, private: bool) -> None:
     """Create `path` (never overwrite); private files are readable by the owner only."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as f:
@@ -185,7 +181,7 @@ def generate(
     days: int = 365,
 ) -> list[Path]:
     """Write a CA, a server certificate and `supernodes` key pairs; returns the files."""
-    planned = [CA_CERT, CA_KEY, SERVER_CERT, SERVER_KEY, ADMIN_KEY, ADMIN_PUB] + [
+    planned = [CA_CERT, CA_KEY, SERVER_CERT, SERVER_KEY, *sum(OPERATOR_PAIRS, ())] + [
         name for i in range(supernodes) for name in supernode_key_names(i)
     ]
     existing = [n for n in planned if (directory / n).exists()]
@@ -211,16 +207,27 @@ def generate(
         SERVER_CERT: (pem_cert(cert), False),
         SERVER_KEY: (pem_key(key), True),
     }
-    admin_private, admin_public = operator_key_pair()
-    files[ADMIN_KEY], files[ADMIN_PUB] = (admin_private, True), (admin_public, False)
     for i in range(supernodes):
         private, public = supernode_key_pair()
         private_name, public_name = supernode_key_names(i)
         files[private_name] = (private, True)
         files[public_name] = (public, False)
     for name, (data, private) in files.items():
-        _write(directory / name, data, private=private)
-    return [directory / n for n in files]
+        write_new(directory / name, data, private=private)
+    return [directory / n for n in files] + operator_keys(directory)
+
+
+def operator_keys(directory: Path) -> list[Path]:
+    """The admin's and the submitter's key pairs, each made unless `directory` has it (so
+    material made before the submitter existed gains it); returns the files written."""
+    made = []
+    for private_name, public_name in OPERATOR_PAIRS:
+        if (directory / private_name).exists() or (directory / public_name).exists():
+            continue
+        for name, data in zip((private_name, public_name), operator_key_pair(), strict=True):
+            write_new(directory / name, data, private=name == private_name)
+            made.append(directory / name)
+    return made
 
 
 def node_key(directory: Path, name: str, pair=supernode_key_pair) -> list[Path]:
@@ -232,163 +239,5 @@ def node_key(directory: Path, name: str, pair=supernode_key_pair) -> list[Path]:
         raise FileExistsError(f"{directory} already has {', '.join(existing)}; nothing was written")
     directory.mkdir(parents=True, exist_ok=True)
     for path, data in zip(paths, pair(), strict=True):
-        _write(path, data, private=path.suffix == ".key")
+        write_new(path, data, private=path.suffix == ".key")
     return paths
-
-
-def bundle_files(supernodes: int) -> dict[str, list[str]]:
-    """The files each machine needs, by bundle name."""
-    public_keys = [supernode_key_names(i)[1] for i in range(supernodes)]
-    bundles = {
-        "superlink": [CA_CERT, SERVER_CERT, SERVER_KEY, *public_keys, ADMIN_PUB],
-        "admin": [CA_CERT, ADMIN_KEY],
-        "public": [CA_CERT, ADMIN_PUB],
-    }
-    for i in range(supernodes):
-        bundles[f"supernode-{i}"] = [CA_CERT, supernode_key_names(i)[0], ADMIN_PUB]
-    return bundles
-
-
-def write_bundles(
-    material: Path, out: Path, supernodes: int, *, owner: tuple[int, int] | None = None
-) -> list[Path]:
-    """Copy each machine's share of `material` into out/<bundle>/ (files already there are
-    kept); private keys stay 0600. With `owner` (uid, gid) the copies are given to that user
-    (fl-certs run as root for the users of a container image). Returns the files written."""
-    written = []
-    for bundle, names in bundle_files(supernodes).items():
-        folder = out / bundle
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            target = folder / name
-            if target.exists():
-                continue
-            private = name.endswith(".key")
-            _write(target, (material / name).read_bytes(), private=private)
-            if owner is not None:
-                os.chown(target, *owner)
-            written.append(target)
-        if owner is not None:
-            os.chown(folder, *owner)
-    return written
-
-
-def _owner(value: str) -> tuple[int, int]:
-    uid, _, gid = value.partition(":")
-    try:
-        return int(uid), int(gid or uid)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not UID[:GID]: {value!r}") from None
-
-
-def _check_ip(value: str) -> str:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from None
-    return value
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="fl-certs",
-        description="Make a CA, a SuperLink certificate and SuperNode key pairs.",
-    )
-    parser.add_argument("directory", type=Path, help="where to write the files")
-    parser.add_argument(
-        "--server-name",
-        action="append",
-        default=[],
-        help="a DNS name clients use for the SuperLink (repeatable; localhost is always added)",
-    )
-    parser.add_argument(
-        "--server-ip",
-        action="append",
-        default=[],
-        type=_check_ip,
-        help="an IP address clients use for the SuperLink (repeatable; loopback is added)",
-    )
-    parser.add_argument("--supernodes", type=int, default=0, help="SuperNode key pairs to make")
-    parser.add_argument(
-        "--node-key",
-        metavar="NAME",
-        help="only make one SuperNode key pair, NAME.key and NAME.pub, on the node's own "
-        "machine: the private key never leaves it; the operator registers NAME.pub with "
-        "`fl-server register`",
-    )
-    parser.add_argument(
-        "--operator-key",
-        metavar="NAME",
-        help="only make one operator key pair, NAME.key (its credential) and NAME.pub, on the "
-        "operator's own machine; an admin adds NAME.pub with `fl-server operators add`",
-    )
-    parser.add_argument("--days", type=int, default=365, help="validity of the certificates")
-    parser.add_argument(
-        "--if-missing",
-        action="store_true",
-        help="keep the material when DIRECTORY already has ca.crt (for one-shot containers)",
-    )
-    parser.add_argument(
-        "--bundles",
-        type=Path,
-        help="also copy each machine's share into BUNDLES/superlink, BUNDLES/supernode-<i> "
-        "and BUNDLES/public (missing files only)",
-    )
-    parser.add_argument(
-        "--bundle-owner",
-        type=_owner,
-        metavar="UID[:GID]",
-        help="give the bundles' files to this user (needs root)",
-    )
-    args = parser.parse_args(argv)
-    if args.supernodes < 0:
-        parser.error(f"--supernodes must be >= 0, got {args.supernodes}")
-    if args.days < 1:
-        parser.error(f"--days must be >= 1, got {args.days}")
-    for option, name in (("--node-key", args.node_key), ("--operator-key", args.operator_key)):
-        if name is None:
-            continue
-        if args.server_name or args.server_ip or args.supernodes or args.bundles:
-            parser.error(f"{option} makes one key pair only: leave out the server and bundles")
-        if not name or "/" in name or name.startswith("."):
-            parser.error(f"{option} must be a plain file name, got {name!r}")
-        if args.node_key is not None and args.operator_key is not None:
-            parser.error("--node-key and --operator-key: one key pair at a time")
-        return args
-    if not args.server_name and not args.server_ip:
-        parser.error("give the SuperLink's address: --server-name HOST and/or --server-ip IP")
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    files: list[Path] = []
-    try:
-        if args.node_key is not None:
-            files = node_key(args.directory, args.node_key)
-        elif args.operator_key is not None:
-            files = node_key(args.directory, args.operator_key, operator_key_pair)
-        elif args.if_missing and (args.directory / CA_CERT).exists():
-            print(f"fl-certs: {args.directory / CA_CERT} exists; keeping the material there")
-        else:
-            files = generate(
-                args.directory,
-                server_names=args.server_name,
-                server_ips=args.server_ip,
-                supernodes=args.supernodes,
-                days=args.days,
-            )
-        if args.bundles:
-            files += write_bundles(
-                args.directory, args.bundles, args.supernodes, owner=args.bundle_owner
-            )
-    except (FileExistsError, OSError) as err:
-        print(f"fl-certs: error: {err}", file=sys.stderr)
-        return 2
-    for path in files:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

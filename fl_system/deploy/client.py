@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ from fl_system.runtime.connection_checks import (
 )
 from fl_system.runtime.launch.ports import free_port
 from fl_system.runtime.launch.processes import tool_env
+from fl_system.runtime.supernode import site_policy
 from fl_system.runtime.supernode.node import HEARTBEAT_ENV, SUPERVISOR_ENV
 from fl_system.runtime.supernode.site_checks import TRUST_ENV, trust_line, trusted_keys
 
@@ -140,6 +142,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run only apps this operator (or another --trust) signed",
     )
     parser.add_argument(
+        "--policy",
+        type=Path,
+        metavar="POLICY.yaml",
+        help="take part only in runs this site's policy allows (README: site policies)",
+    )
+    parser.add_argument(
         "--heartbeat",
         type=float,
         default=HEARTBEAT_SECONDS,
@@ -210,6 +218,11 @@ def node_config(args: argparse.Namespace) -> str:
     return text
 
 
+def site_name(args: argparse.Namespace) -> str:
+    """How this node's site is named in its policy's refusals (the policy's `site` first)."""
+    return str(args.name or socket.gethostname())
+
+
 def supernode_command(args: argparse.Namespace, config: str) -> list[str]:
     cmd = [
         "fl-supernode",
@@ -256,6 +269,8 @@ def check(args: argparse.Namespace) -> str:
         check_auth_key(args.auth_key)
     try:
         say(trust_line(trusted_keys(args.trust)))
+        if args.policy is not None:
+            say(site_policy.load(args.policy, site_name(args)).summary())
     except ValueError as err:
         raise DeployError(str(err)) from None
     if args.insecure and not is_loopback(host):
@@ -294,6 +309,9 @@ def _run_supernode(args: argparse.Namespace, config: str) -> int:
     env = tool_env({HEARTBEAT_ENV: str(args.heartbeat), SUPERVISOR_ENV: str(os.getpid())})
     if args.trust:  # the node checks each run's app before it takes the run
         env[TRUST_ENV] = os.pathsep.join(str(p.resolve()) for p in args.trust)
+    if args.policy is not None:  # and whether the run is one its site takes part in
+        env[site_policy.POLICY_ENV] = str(args.policy.resolve())
+        env[site_policy.SITE_ENV] = site_name(args)
     proc = start_piped(supernode_command(args, config), env, own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
     say(f"SuperNode for partition {args.partition_id} started, server {args.server}")

@@ -23,7 +23,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fl_system.access import audit
-from fl_system.access.operators import ADMIN, ROLES, OperatorRegistry, RegistryError
+from fl_system.access.operators import ADMIN, ROLES, SUBMITTER, OperatorRegistry, RegistryError
+from fl_system.deploy.certs import ADMIN_PUB
 from fl_system.runtime.connection_checks import DeployError, require_file
 from fl_system.runtime.superlink import OWN_OPERATOR
 
@@ -53,20 +54,26 @@ def own_operator() -> tuple[Ed25519PrivateKey, str]:
     return key, public.decode()
 
 
-def first_admin(reg: OperatorRegistry, admin_pub: Path) -> list[str]:
-    """Add the admin whose key fl-certs made, when the registry has no operator yet; what
-    to tell the server's operator."""
+def first_operators(reg: OperatorRegistry, certs: Path) -> list[str]:
+    """Add the admin and the submitter whose keys fl-certs made (`certs`/admin.pub,
+    submitter.pub), when the registry has no operator yet; what to tell the server's
+    operator."""
     try:
         if reg.operators():
             return []
-        if not admin_pub.is_file():
+        if not (certs / ADMIN_PUB).is_file():
             return [f"no operators yet: add one with `fl-server operators add NAME.pub --role "
                     f"admin --state-dir {reg.path.parent}` (until then only fl-server itself "
                     "calls the Control API)"]  # fmt: skip
-        reg.add("admin", ADMIN, admin_pub.read_text())
+        added = []
+        for name, role in ((ADMIN, ADMIN), (SUBMITTER, SUBMITTER)):
+            key = certs / f"{name}.pub"
+            if key.is_file():
+                reg.add(name, role, key.read_text())
+                added.append(f"operator '{name}' added (role {role}, key {key})")
     except RegistryError as err:
         raise DeployError(str(err)) from None
-    return [f"operator 'admin' added (role admin, key {admin_pub})"]
+    return added
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

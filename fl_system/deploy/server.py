@@ -47,7 +47,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fl_system.deploy import members, operator_commands
-from fl_system.deploy.certs import ADMIN_PUB, CA_CERT, SERVER_CERT, SERVER_KEY
+from fl_system.deploy.certs import CA_CERT, OPERATOR_PAIRS, SERVER_CERT, SERVER_KEY
 from fl_system.deploy.operator_commands import DEFAULT_STATE_DIR
 from fl_system.runtime.connection_checks import (
     DeployError,
@@ -75,6 +75,7 @@ STARTUP_SECONDS = 60.0
 LAUNCHER_STOP_SECONDS = 5.0  # a stopped launcher ends its ServerApps and closes its clients
 MEMBER_COMMANDS = ("register", "unregister", "nodes")  # fl-server register KEY.pub ...
 READY_FILE = "ready"  # in --state-dir while the SuperLink serves with every key registered
+OPERATOR_KEYS = tuple(public for _, public in OPERATOR_PAIRS)  # not SuperNode keys
 
 
 def say(text: str) -> None:
@@ -93,12 +94,12 @@ def tls_files(certs: Path) -> tuple[Path, Path, Path]:
 
 
 def public_keys(paths: Sequence[Path]) -> list[Path]:
-    """Every *.pub in the given directories (but the admin's operator key, which fl-certs
-    writes beside the SuperNodes' keys), plus the files given directly."""
+    """Every *.pub in the given directories (but the operators' keys, which fl-certs writes
+    beside the SuperNodes' keys), plus the files given directly."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found += sorted(p for p in path.glob("*.pub") if p.name != ADMIN_PUB)
+            found += sorted(p for p in path.glob("*.pub") if p.name not in OPERATOR_KEYS)
         else:
             found.append(require_file(path, "--authorized-keys"))
     if paths and not found:
@@ -270,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         registry = operator_commands.registry(args.state_dir)
         env |= {OPERATORS_ENV: str(registry.path), OWN_KEY_ENV: own_public,
                 AUDIT_ENV: str(operator_commands.audit_path(args.state_dir))}  # fmt: skip
-        for line in operator_commands.first_admin(registry, args.certs / ADMIN_PUB):
+        for line in operator_commands.first_operators(registry, args.certs):
             say(line)
     secret = new_secret(work)
     here = local_address(args.address)

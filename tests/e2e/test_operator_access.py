@@ -23,6 +23,13 @@ from tests.e2e.operators import audit_lines, flwr_home, marker_app, said
 WHY_NOT = unavailable()
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))]
 NO_TOKEN = "Control API calls from its operators only, and none was sent"
+HOSTS = ("client-a", "client-b")
+POLICY = "site: site_b\nsecagg: secaggplus\nprivacy: {max_epsilon: 4}\n"
+
+
+def trusting(fed: Federation, site: Site) -> list[str]:
+    """What both nodes trust: the federation's admin and the operator sam."""
+    return ["--trust", str(fed.certs / certs.ADMIN_PUB), "--trust", site.key("sam", "pub")]
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Site:
     markers: Path
     env: dict[str, str]
     node_logs: list[Path]
+    nodes: list[tuple[subprocess.Popen, Path]]
 
     def on(self, host: str, *argv: str) -> subprocess.CompletedProcess:
         cmd = self.federation.lan[host].command([str(BIN / argv[0]), *argv[1:]])
@@ -72,20 +80,19 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         markers = work / "markers"
         markers.mkdir()
         env = {**fed.env, "FLWR_HOME": str(flwr_home(work / "flwr", fed, ca))}
-        s = Site(fed, work, ca, marker_app(work / "app", markers), markers, env, [])
+        s = Site(fed, work, ca, marker_app(work / "app", markers), markers, env, [], [])
         for name in ("vic", "sam", "ted"):  # made on their own machine (the outsider's)
             assert (
                 s.on("outsider", "fl-certs", str(work / name), "--operator-key", name).returncode
                 == 0
             )
-        trust = ["--trust", str(fed.certs / certs.ADMIN_PUB), "--trust", s.key("sam", "pub")]
-        nodes = [fed.client(host, p, *trust) for p, host in enumerate(("client-a", "client-b"))]
-        for _, log in nodes:
+        s.nodes = [fed.client(host, p, *trusting(fed, s)) for p, host in enumerate(HOSTS)]
+        for _, log in s.nodes:
             assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
             assert "runs only apps signed by admin.pub, sam.pub" in log.read_text()
-        s.node_logs = [log for _, log in nodes]
+        s.node_logs = [log for _, log in s.nodes]
         yield s
-        for proc, _ in nodes:
+        for proc, _ in s.nodes:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 143
 
@@ -204,3 +211,50 @@ def test_operators_act_as_their_roles_allow_and_nodes_run_their_trusted_apps(sit
     ]
     for path in ("operators.json", "audit.jsonl"):
         assert oct((Path(state) / path).stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_site_takes_part_only_in_runs_its_policy_allows(site: Site) -> None:
+    """client-b restarts as site_b, whose policy requires SecAgg+ and DP with epsilon <= 4
+    over the run: it refuses a clear run, which stops, as a round needs both nodes; it takes
+    part in a SecAgg+ run under privacy=local at epsilon 2 and refuses one at epsilon 5."""
+    fed = site.federation
+    policy = site.work / "site_b.yaml"
+    policy.write_text(POLICY)
+    proc, _ = site.nodes[1]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    site.nodes[1] = fed.client("client-b", 1, *trusting(fed, site), "--policy", str(policy))
+    log = site.nodes[1][1]
+    site.node_logs.append(log)
+    assert wait_for_text(log, "SuperNode ID", 90), log.read_text()
+    assert "site site_b accepts secagg=secaggplus required; DP with epsilon <= 4 at delta" in (
+        log.read_text()
+    )
+    sam = f"runtime.credential={site.key('sam')}"
+    stops = "1 of 2 SuperNodes refused this run and a round needs 2 clients, 1 remain: node "
+    loose = (
+        "site_b: accepts at most epsilon <= 4 at delta <= 1e-05 over the run (this run's "
+        "account: epsilon=5 at delta=1e-05, privacy=local, epsilon=5 per round over 1 rounds)"
+    )
+    private = ["secagg=secaggplus", "privacy=local", "num_rounds=1"]
+    for name, extra, refusal in (
+        ("clear-run", ["num_rounds=1"], "site_b: requires secagg=secaggplus (this run has "
+                                        "secagg=none)"),
+        ("private-run", [*private, "privacy.epsilon=2"], None),
+        ("loose-run", [*private, "privacy.epsilon=5"], loose),
+    ):  # fmt: skip
+        done = site.on("outsider", *site.remote(name, sam, *extra))
+        if refusal is None:  # site_b takes part: both partitions train
+            assert done.returncode == 0, done.stderr[-2000:]
+            rows = read_rows(site.work / name / "metrics.csv")
+            assert len(rows) == 1 and float(rows[0]["participants"]) == 2, rows
+            continue
+        assert done.returncode != 0
+        warned = [x for x in done.stderr.splitlines() if x.startswith("fl-run: warning: node ")]
+        assert [x.split(" refused this run: ")[1] for x in warned] == [refusal], done.stderr
+        line = next(x for x in done.stderr.splitlines() if x.startswith("fl-run: error: "))
+        assert stops in line and line.endswith(refusal), line
+        assert f": {refusal}" in log.read_text()  # the node's own line, with the app's hash
+    said_there = log.read_text()
+    assert said_there.count("fl-supernode: refused run ") == 2
+    assert said_there.count("fl-supernode: accepted run ") == 1

@@ -9,6 +9,7 @@ from flwr.app import Error, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 
 from fl_system.messages import protocol
+from fl_system.records.run_log import warning_line
 from server_app import nodes
 from server_app.nodes import NodeRegistry
 from server_app.rounds import RunFailed
@@ -200,6 +201,63 @@ def test_a_clientapp_failing_on_every_node_stops_the_wait_with_its_error(monkeyp
                 "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing "
                 "this task. (each node's log has its traceback)"
             )
+
+
+def sites_refusing(refusals: dict[int, str]) -> Callable[[Message], Message | None]:
+    """Nodes 11, 22, 33... holding partitions 0, 1, 2...; those in `refusals` refuse the run
+    as a site's check does (Flower's INVALID_FAB error reply with the site's reason)."""
+    claiming = nodes_claiming({11: 0, 22: 1, 33: 2})
+
+    def answer(msg: Message) -> Message | None:
+        reason = refusals.get(msg.metadata.dst_node_id)
+        if reason is None:
+            return claiming(msg)
+        return Message(Error(code=ErrorCode.INVALID_FAB, reason=reason), reply_to=msg)
+
+    return answer
+
+
+def test_a_site_refusing_the_run_is_left_out_said_once_and_the_run_goes_on(monkeypatch) -> None:
+    said: list[str] = []
+    clock = Clock()
+    monkeypatch.setattr(nodes.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(nodes.time, "sleep", clock.sleep)
+    refusal = "site_b: requires secagg=secaggplus (this run has secagg=none)"
+    grid = ScriptedGrid({11, 22, 33}, sites_refusing({22: refusal}))
+    registry = NodeRegistry(grid, "{}", num_partitions=3, say=said.append)
+    assert registry.wait_for(2, timeout=600) == {11: 0, 33: 2}  # a round of 2 goes on
+    clock.now += nodes.RETRY_SECONDS
+    assert registry.refresh(timeout=5) == {11: 0, 33: 2}  # asked again, refused again
+    asked = [
+        m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == protocol.HANDSHAKE
+    ]
+    assert asked.count(22) == 2
+    warned = [line for line in said if "refused" in line]
+    assert warned == [warning_line(f"node 22 refused this run: {refusal}")]
+
+
+def test_refusals_that_leave_too_few_stop_the_run_with_every_site_reason(monkeypatch) -> None:
+    monkeypatch.setattr(nodes.time, "sleep", lambda _: None)
+    a, b = "site_a: accepts at most 5 rounds (this run has num_rounds=9)", "site_b: no"
+    grid = ScriptedGrid({11, 22, 33}, sites_refusing({11: a, 22: b}))
+    with pytest.raises(RunFailed) as err:
+        NodeRegistry(grid, "{}", num_partitions=3).wait_for(2, timeout=600)
+    assert str(err.value) == (
+        f"2 of 3 SuperNodes refused this run and a round needs 2 clients, 1 remain: "
+        f"node 11: {a}; node 22: {b}"
+    )
+    grid = ScriptedGrid({11, 22, 33}, sites_refusing({11: a, 22: b, 33: b}))
+    with pytest.raises(RunFailed) as err:
+        NodeRegistry(grid, "{}", num_partitions=3).wait_for(3, timeout=600)
+    assert str(err.value) == (
+        f"all 3 SuperNodes refused this run: node 11: {a}; node 22: {b}; node 33: {b}"
+    )
+    # while not every partition's node is there, one yet to come may take it: the wait goes
+    # on, its timeout naming the refusals
+    grid = ScriptedGrid({11, 22}, sites_refusing({11: a}))
+    with pytest.raises(TimeoutError) as timeout:
+        NodeRegistry(grid, "{}", num_partitions=3).wait_for(2, timeout=0.01)
+    assert f"1 refused this run: node 11: {a}" in str(timeout.value)
 
 
 class Clock:

@@ -20,7 +20,7 @@ from fl_system.access.tokens import (
     mint,
     verify,
 )
-from fl_system.deploy.certs import main as fl_certs
+from fl_system.deploy.certs_cli import main as fl_certs
 
 
 @pytest.fixture

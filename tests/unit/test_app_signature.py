@@ -13,7 +13,7 @@ from flwr.cli.build import build_fab_from_disk
 
 from fl_system.access.app_signature import SIGNATURE_FILE, AppRefused, check
 from fl_system.access.tokens import load_credential
-from fl_system.deploy.certs import main as fl_certs
+from fl_system.deploy.certs_cli import main as fl_certs
 from fl_system.flower import fab_manifest
 from fl_system.runtime.app_signing import SigningError, sign_app
 from fl_system.runtime.supernode.site_checks import trusted_keys

@@ -23,7 +23,7 @@ from fl_system.access import audit
 from fl_system.access.control_api import ControlAudit, ControlAuthorization, OperatorAuthn
 from fl_system.access.operators import ADMIN, SUBMITTER, VIEWER, OperatorRegistry
 from fl_system.access.tokens import load_credential, mint
-from fl_system.deploy.certs import main as fl_certs
+from fl_system.deploy.certs_cli import main as fl_certs
 from fl_system.flower import operator_access
 
 flwr_superlink_cli = importlib.import_module(operator_access.SUPERLINK_MAIN)

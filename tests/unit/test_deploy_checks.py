@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_system.deploy import certs, client, members, server
+from fl_system.deploy import certs, certs_cli, client, members, server
 from fl_system.deploy.server_watch import ServerWatch
 from fl_system.flower import flwr_hooks
 from fl_system.runtime.connection_checks import (
@@ -187,11 +187,11 @@ def test_fl_client_rejects_a_key_that_is_not_a_supernode_key(tmp_path: Path, cap
 
 
 def test_fl_certs_never_overwrites(tmp_path: Path, capsys) -> None:
-    assert certs.main([str(tmp_path), "--server-name", "a", "--supernodes", "1"]) == 0
+    assert certs_cli.main([str(tmp_path), "--server-name", "a", "--supernodes", "1"]) == 0
     before = (tmp_path / certs.CA_CERT).read_bytes()
-    assert certs.main([str(tmp_path), "--server-name", "a", "--supernodes", "1"]) == 2
+    assert certs_cli.main([str(tmp_path), "--server-name", "a", "--supernodes", "1"]) == 2
     assert "nothing was written" in capsys.readouterr().err
-    assert certs.main([str(tmp_path), "--server-name", "a", "--if-missing"]) == 0
+    assert certs_cli.main([str(tmp_path), "--server-name", "a", "--if-missing"]) == 0
     assert (tmp_path / certs.CA_CERT).read_bytes() == before
     assert oct((tmp_path / "supernode-0.key").stat().st_mode & 0o777) == "0o600"
 
@@ -199,21 +199,24 @@ def test_fl_certs_never_overwrites(tmp_path: Path, capsys) -> None:
 def test_fl_certs_bundles_give_each_machine_only_its_share(tmp_path: Path) -> None:
     material, out = tmp_path / "material", tmp_path / "out"
     args = [str(material), "--server-name", "a", "--supernodes", "2", "--bundles", str(out)]
-    assert certs.main(args) == 0
+    assert certs_cli.main(args) == 0
     listing = {d.name: sorted(f.name for f in d.iterdir()) for d in out.iterdir()}
+    operators = ["admin.pub", "ca.crt", "submitter.pub"]
     assert listing == {
         "superlink": [
             "admin.pub",
             "ca.crt",
             "server.crt",
             "server.key",
+            "submitter.pub",
             "supernode-0.pub",
             "supernode-1.pub",
         ],
         "admin": ["admin.key", "ca.crt"],
-        "supernode-0": ["admin.pub", "ca.crt", "supernode-0.key"],
-        "supernode-1": ["admin.pub", "ca.crt", "supernode-1.key"],
-        "public": ["admin.pub", "ca.crt"],
+        "submitter": ["ca.crt", "submitter.key"],
+        "supernode-0": [*operators, "supernode-0.key"],
+        "supernode-1": [*operators, "supernode-1.key"],
+        "public": operators,
     }
     assert not any(f.name == certs.CA_KEY for f in out.rglob("*"))
     for key in out.rglob("*.key"):
@@ -222,10 +225,21 @@ def test_fl_certs_bundles_give_each_machine_only_its_share(tmp_path: Path) -> No
     assert oct((out / "superlink" / "ca.crt").stat().st_mode & 0o777) == "0o644"
     # a later call (the compose job on every `up`) keeps what is there and fills what is not
     (out / "supernode-1" / "supernode-1.key").unlink()
-    assert certs.main([*args, "--if-missing"]) == 0
+    assert certs_cli.main([*args, "--if-missing"]) == 0
     assert (out / "supernode-1" / "supernode-1.key").read_bytes() == (
         material / "supernode-1.key"
     ).read_bytes()
+    # material made before the submitter's credential existed gains it, the rest is kept
+    admin = (material / certs.ADMIN_KEY).read_bytes()
+    for name in (certs.SUBMITTER_KEY, certs.SUBMITTER_PUB):
+        (material / name).unlink()
+        for found in out.rglob(name):
+            found.unlink()
+    assert certs_cli.main([*args, "--if-missing"]) == 0
+    assert (material / certs.ADMIN_KEY).read_bytes() == admin
+    submitter = (material / certs.SUBMITTER_KEY).read_bytes()
+    assert (out / "submitter" / certs.SUBMITTER_KEY).read_bytes() == submitter
+    assert oct((material / certs.SUBMITTER_KEY).stat().st_mode & 0o777) == "0o600"
 
 
 def test_fl_client_stops_a_supernode_that_ignores_sigint_within_its_grace(tmp_path: Path) -> None:
@@ -288,14 +302,14 @@ def test_the_server_watch_leaves_a_supernode_whose_server_is_up(tmp_path: Path) 
 
 
 def test_fl_certs_makes_one_node_key_pair_on_the_nodes_machine(tmp_path: Path, capsys) -> None:
-    assert certs.main([str(tmp_path), "--node-key", "clinic"]) == 0
+    assert certs_cli.main([str(tmp_path), "--node-key", "clinic"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clinic.key", "clinic.pub"]
     assert oct((tmp_path / "clinic.key").stat().st_mode & 0o777) == "0o600"
     assert len(members.key_bytes(tmp_path / "clinic.pub")) > 0  # what fl-server register sends
-    assert certs.main([str(tmp_path), "--node-key", "clinic"]) == 2
+    assert certs_cli.main([str(tmp_path), "--node-key", "clinic"]) == 2
     assert "already has clinic.key, clinic.pub; nothing was written" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
-        certs.main([str(tmp_path), "--node-key", "x", "--server-name", "a"])
+        certs_cli.main([str(tmp_path), "--node-key", "x", "--server-name", "a"])
     assert refused.value.code == 2
     assert "--node-key makes one key pair only" in capsys.readouterr().err
 

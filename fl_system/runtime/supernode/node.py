@@ -13,7 +13,8 @@ answers the server with "node unavailable" instead of the round waiting forever.
 FL_SUPERVISOR_PID (fl-client sets it to its own pid) the node also stops when that parent is
 gone: a SIGKILLed fl-client leaves no SuperNode training on unsupervised, holding its key.
 With FL_NODE_TRUST (fl-client --trust) it runs only apps signed by those operators' keys
-(`site_checks`).
+(`site_checks`), with FL_NODE_POLICY (fl-client --policy) only runs its site's policy allows
+(`site_policy`).
 """
 
 from __future__ import annotations
@@ -187,10 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             stranded_replies,
         )
         from fl_system.runtime import flwr_check
-        from fl_system.runtime.supernode import site_checks
+        from fl_system.runtime.supernode import site_checks, site_policy
 
         flwr_check.check()
-        if (trusted := site_checks.from_env()) is not None:
+        trusted = site_checks.from_env()
+        policy = site_policy.from_env()
+        if trusted is not None or policy is not None:
             raise_if(app_checks.problems())
         schedule = PollSchedule.from_env()
         if (heartbeat := env_seconds(HEARTBEAT_ENV)) is not None:
@@ -207,8 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     wakeups = Wakeups(wake_dir) if wake_dir else None
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify, wakeups=wakeups)
     stranded_replies.install()
-    if trusted is not None:  # outside stranded_replies: a refusal is no message it tracks
-        app_checks.install(site_checks.app_check(trusted, say))
+    if trusted is not None or policy is not None:  # outside stranded_replies: a refusal is
+        # no message it tracks
+        check = None if policy is None else site_policy.policy_check(policy)
+        app_checks.install(site_checks.app_check(trusted, check, say))
     object_pulls.retry_sooner("supernode")
     flwr_tasks.reply_at_once_when_killed()
     flwr_hooks.say_when_refused()

@@ -1,7 +1,8 @@
 """What a site's SuperNode accepts: apps signed by the operators it trusts (FL_NODE_TRUST,
-set by `fl-client --trust KEY.pub`), checked before any of a run's code is on the node, each
-decision a line of the node's log with the app's hash and signer (`fl_system.flower.app_checks`
-answers a refused run's message with the reason)."""
+set by `fl-client --trust KEY.pub`) and runs its policy allows (`site_policy`, `fl-client
+--policy`), checked before any of a run's code is on the node, each decision a line of the
+node's log with the app's hash and signer (`fl_system.flower.app_checks` answers a refused
+run's message with the reason)."""
 
 from __future__ import annotations
 
@@ -46,18 +47,26 @@ def from_env() -> dict[str, TrustedKey] | None:
 
 
 def app_check(
-    trusted: dict[str, TrustedKey], say: Callable[[str], None]
+    trusted: dict[str, TrustedKey] | None,
+    policy: Callable[[Any], str | None] | None,
+    say: Callable[[str], None],
 ) -> Callable[[Any, Any], str | None]:
-    """`check(run, fab)` for `app_checks.install`: None takes the run, a reason refuses it."""
+    """`check(run, fab)` for `app_checks.install`: the app's signature against `trusted`
+    (None: any app), then the run against the site's `policy` (None: any run). None takes the
+    run, a reason refuses it."""
 
     def decide(run: Any, fab: Any) -> str | None:
         app = f"app sha256 {fab.hash_str[:16]}"
-        try:
-            signer = check(fab.content, trusted)
-        except AppRefused as err:
-            say(f"refused run {run.run_id} ({app}): {err}")
-            return str(err)
-        say(f"accepted run {run.run_id} ({app}, signed by {signer.name})")
+        if trusted is not None:
+            try:
+                app += f", signed by {check(fab.content, trusted).name}"
+            except AppRefused as err:
+                say(f"refused run {run.run_id} ({app}): {err}")
+                return str(err)
+        if policy is not None and (reason := policy(run)) is not None:
+            say(f"refused run {run.run_id} ({app}): {reason}")
+            return reason
+        say(f"accepted run {run.run_id} ({app})")
         return None
 
     return decide
