@@ -1,8 +1,11 @@
-"""runtime=simulation on a Ray cluster that runs already (`ray start --head`), as a user runs it."""
+"""runtime=simulation on a Ray cluster that runs already (`ray start --head`), as a user runs it:
+with Ray's token authentication on, as the README sets it up."""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -23,36 +26,50 @@ RAY = str(Path(sys.executable).parent / "ray")
 
 
 @pytest.fixture
-def ray_head(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[tuple[str, ProcessGroup]]:
+def ray_head(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> Iterator[tuple[str, ProcessGroup, dict[str, str]]]:
     """A one-node cluster started by `ray start --head --block` in a session of its own (its
-    processes end with it), with the test's cache; its address."""
+    processes end with it), with the test's cache and a token of its own (0600, as a
+    user's); its address, and the environment that holds the token."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+    token = tmp_path / "ray-token"
+    token.write_text(secrets.token_hex(32))
+    os.chmod(token, 0o600)
+    env = {**cli_env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     procs = ProcessGroup()
     cmd = [
         RAY, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
         f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats",
     ]  # fmt: skip
-    head = procs.start("ray head", cmd, tmp_path / "ray.log", tool_env(cli_env))
+    head = procs.start("ray head", cmd, tmp_path / "ray.log", tool_env(env))
     try:
         deadline = time.monotonic() + 120
         while not port_open("127.0.0.1", port):
             assert head.poll() is None, (tmp_path / "ray.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "the Ray head did not come up in 120 s"
             time.sleep(0.2)
-        yield f"127.0.0.1:{port}", procs
+        yield f"127.0.0.1:{port}", procs, env
     finally:
         procs.stop()
         shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_a_run_on_a_running_cluster_leaves_the_cluster_running_and_idle(
-    ray_head: tuple[str, ProcessGroup], tmp_path: Path, cli_env: dict[str, str]
+    ray_head: tuple[str, ProcessGroup, dict[str, str]], tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    address, cluster = ray_head
+    address, cluster, with_token = ray_head
     run_dir = tmp_path / "run"
     args = ["runtime=simulation", f"runtime.address={address}", *QUICK, "num_rounds=2"]
-    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cli_env, timeout=300)
+    # a driver without the cluster's token is refused at once, saying why
+    refused = run_cli([*args, f"hydra.run.dir={tmp_path / 'refused'}"], cli_env, timeout=120)
+    assert refused.returncode != 0
+    assert (
+        f"fl-run: error: simulation: runtime.address={address}: the Ray cluster takes "
+        "token-authenticated drivers only, and this machine sends none: set RAY_AUTH_MODE=token"
+    ) in refused.stderr, refused.stderr[-2000:]
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], with_token, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 2
     # the run never stops what it did not start: the cluster is up, and none of its CPUs
@@ -61,13 +78,17 @@ def test_a_run_on_a_running_cluster_leaves_the_cluster_running_and_idle(
     host, port = address.split(":")
     assert cluster.first_dead() is None and port_open(host, int(port))
     deadline = time.monotonic() + 30
-    while " 0.0/2.0 CPU" not in (status := _ray_status(address)):
+    while " 0.0/2.0 CPU" not in (status := _ray_status(address, with_token)):
         assert time.monotonic() < deadline, status
         time.sleep(1)
 
 
-def _ray_status(address: str) -> str:
+def _ray_status(address: str, env: dict[str, str]) -> str:
     done = subprocess.run(
-        [RAY, "status", f"--address={address}"], capture_output=True, text=True, timeout=60
+        [RAY, "status", f"--address={address}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=tool_env(env),
     )
     return done.stdout

@@ -9,7 +9,9 @@ node builds the partitions of the clients it plays into its own cache, from the 
 holds (a package's, rebuilt on every node; files at the same path on every node).
 
 The cluster is not ours: ending the engine ends only its Ray job (Ray then removes its
-actors); no process of the cluster is ever stopped.
+actors); no process of the cluster is ever stopped. A cluster with Ray's token authentication
+(RAY_AUTH_MODE=token on every machine) takes the driver whose token is its own, read by Ray
+from the environment fl-run passes on; one without it is refused at once, by name.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ AUTO = "auto"  # the cluster `ray start` last started or joined on this machine
 PACKAGES = ("flwr", "ray", "torch", "torchvision", "numpy", "fl-system")
 SOURCES = ("fl_system", "client_app", "server_app")  # the code every node must run alike
 CONNECT_SECONDS = 5.0
+AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's token authentication: `token` on every machine
 PROBE_SECONDS = 600.0  # a node's first data check may parse the dataset
 
 
@@ -60,7 +63,28 @@ def find(address: str) -> str:
             f"runtime.address={address}: no Ray head answers there ({err.strerror or err}); "
             f"start one with `ray start --head --port={port}`"
         ) from None
+    _check_token(address)
     return address
+
+
+def _check_token(address: str) -> None:
+    """ClusterError at once when the cluster's token authentication refuses this machine
+    (`ray.init` would retry for 20 s and say only that it could not connect)."""
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    try:
+        GcsClient(address=address)
+    except AuthenticationError:
+        mode = os.environ.get(AUTH_MODE_ENV, "disabled")
+        sent = "sends none" if mode != "token" else "sends one that is not the cluster's"
+        raise ClusterError(
+            f"runtime.address={address}: the Ray cluster takes token-authenticated drivers "
+            f"only, and this machine {sent}: set {AUTH_MODE_ENV}=token and the cluster's "
+            "token (~/.ray/auth_token, or RAY_AUTH_TOKEN_PATH=FILE)"
+        ) from None
+    except Exception:  # anything else: ray.init's own checks say it
+        return
 
 
 def join(address: str, client_gpus: float) -> None:
