@@ -36,6 +36,7 @@ def planned_account(cfg: DictConfig, weighting: str | None) -> PlannedAccount | 
     `weighting_under_privacy()`), which the accountant's guarantee does not cover."""
     name = mode(cfg)
     rounds = int(cfg.num_rounds)
+    over = f"over {rounds} round{'s' * (rounds != 1)}"
     if name == "none":
         return "privacy=none: no differential privacy"
     if OmegaConf.select(cfg, "privacy.reproducible_noise", default=False):
@@ -47,7 +48,7 @@ def planned_account(cfg: DictConfig, weighting: str | None) -> PlannedAccount | 
         return PlannedAccount(
             rounds * epsilon,
             min(rounds * delta, 1.0),
-            f"privacy=local, epsilon={epsilon:g} per round over {rounds} rounds",
+            f"privacy=local, epsilon={epsilon:g} per round {over}",
         )
     if name not in FIXED:
         return f"privacy={name}: Flower's accountant covers fixed clipping only"
@@ -62,6 +63,5 @@ def planned_account(cfg: DictConfig, weighting: str | None) -> PlannedAccount | 
     return PlannedAccount(
         account.epsilon(),
         account.delta,
-        f"privacy={name}, noise_multiplier={float(cfg.privacy.noise_multiplier):g} over "
-        f"{rounds} rounds",
+        f"privacy={name}, noise_multiplier={float(cfg.privacy.noise_multiplier):g} {over}",
     )

@@ -234,7 +234,7 @@ def test_a_site_takes_part_only_in_runs_its_policy_allows(site: Site) -> None:
     stops = "1 of 2 SuperNodes refused this run and a round needs 2 clients, 1 remain: node "
     loose = (
         "site_b: accepts at most epsilon <= 4 at delta <= 1e-05 over the run (this run's "
-        "account: epsilon=5 at delta=1e-05, privacy=local, epsilon=5 per round over 1 rounds)"
+        "account: epsilon=5 at delta=1e-05, privacy=local, epsilon=5 per round over 1 round)"
     )
     private = ["secagg=secaggplus", "privacy=local", "num_rounds=1"]
     for name, extra, refusal in (
