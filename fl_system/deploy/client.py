@@ -40,9 +40,9 @@ from fl_system.runtime.connection_checks import (
 )
 from fl_system.runtime.launch.ports import free_port
 from fl_system.runtime.launch.processes import tool_env
-from fl_system.runtime.supernode import site_policy
 from fl_system.runtime.supernode.node import HEARTBEAT_ENV, SUPERVISOR_ENV
-from fl_system.runtime.supernode.site_checks import TRUST_ENV, trust_line, trusted_keys
+from fl_system.runtime.supernode.site_checks import trust_line, trusted_keys
+from fl_system.runtime.supernode.site_env import POLICY_ENV, SITE_ENV, TRUST_ENV
 
 # The SuperLink does not know this node's key, or a node with this key is still online (one
 # killed holds it until its heartbeats lapse). A SuperLink opens its ports a moment before
@@ -269,7 +269,9 @@ def check(args: argparse.Namespace) -> str:
         check_auth_key(args.auth_key)
     try:
         say(trust_line(trusted_keys(args.trust)))
-        if args.policy is not None:
+        if args.policy is not None:  # its code only then: fl-client starts faster without
+            from fl_system.runtime.supernode import site_policy
+
             say(site_policy.load(args.policy, site_name(args)).summary())
     except ValueError as err:
         raise DeployError(str(err)) from None
@@ -310,8 +312,8 @@ def _run_supernode(args: argparse.Namespace, config: str) -> int:
     if args.trust:  # the node checks each run's app before it takes the run
         env[TRUST_ENV] = os.pathsep.join(str(p.resolve()) for p in args.trust)
     if args.policy is not None:  # and whether the run is one its site takes part in
-        env[site_policy.POLICY_ENV] = str(args.policy.resolve())
-        env[site_policy.SITE_ENV] = site_name(args)
+        env[POLICY_ENV] = str(args.policy.resolve())
+        env[SITE_ENV] = site_name(args)
     proc = start_piped(supernode_command(args, config), env, own_session=True)
     signal.signal(signal.SIGTERM, lambda *_: _stop(proc) or sys.exit(143))
     say(f"SuperNode for partition {args.partition_id} started, server {args.server}")

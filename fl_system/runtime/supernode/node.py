@@ -188,12 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             stranded_replies,
         )
         from fl_system.runtime import flwr_check
-        from fl_system.runtime.supernode import site_checks, site_policy
+        from fl_system.runtime.supernode.site_env import POLICY_ENV, TRUST_ENV
 
         flwr_check.check()
-        trusted = site_checks.from_env()
-        policy = site_policy.from_env()
-        if trusted is not None or policy is not None:
+        checked = bool(os.environ.get(TRUST_ENV) or os.environ.get(POLICY_ENV))
+        if checked:  # imported only then: every node's start-up would pay for them
+            from fl_system.runtime.supernode import site_checks, site_policy
+
+            trusted, policy = site_checks.from_env(), site_policy.from_env()
             raise_if(app_checks.problems())
         schedule = PollSchedule.from_env()
         if (heartbeat := env_seconds(HEARTBEAT_ENV)) is not None:
@@ -210,8 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wakeups = Wakeups(wake_dir) if wake_dir else None
     flwr_hooks.install_poll_schedule(schedule, on_message=watch.notify, wakeups=wakeups)
     stranded_replies.install()
-    if trusted is not None or policy is not None:  # outside stranded_replies: a refusal is
-        # no message it tracks
+    if checked:  # outside stranded_replies: a refusal is no message it tracks
         check = None if policy is None else site_policy.policy_check(policy)
         app_checks.install(site_checks.app_check(trusted, check, say))
     object_pulls.retry_sooner("supernode")

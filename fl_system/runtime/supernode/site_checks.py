@@ -13,8 +13,7 @@ from typing import Any
 
 from fl_system.access.app_signature import AppRefused, TrustedKey, check
 from fl_system.access.operators import RegistryError, key_id, parse_public_key
-
-TRUST_ENV = "FL_NODE_TRUST"  # operator public keys (.pub files), os.pathsep between them
+from fl_system.runtime.supernode.site_env import TRUST_ENV
 
 
 def trusted_keys(paths: Sequence[Path]) -> dict[str, TrustedKey]:

@@ -25,10 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 from fl_system.addons import mounted
 from fl_system.messages import protocol
 from fl_system.privacy.planned import PlannedAccount, planned_account
+from fl_system.runtime.supernode.site_env import POLICY_ENV, SITE_ENV
 from fl_system.settings.config_nodes import config_from_json
 
-POLICY_ENV = "FL_NODE_POLICY"  # the policy file (fl-client --policy)
-SITE_ENV = "FL_NODE_SITE"  # the site's name in its refusals
 DEFAULT_DELTA = 1.0e-5  # privacy.max_delta when a policy bounds epsilon and says no delta
 KEYS = ("site", "algorithms", "secagg", "privacy", "max_rounds", "model_source")
 PRIVACY_KEYS = ("max_epsilon", "max_delta")
