@@ -9,7 +9,8 @@ requests), `sql_state` (the SQL SuperLink skips the SQL of calls that need none)
 holds), `operator_access` (the SuperLink's Control API authenticates, authorises and audits
 with our plugin and middlewares), `flwr_credentials` (Flower's CLI sends an operator's
 token), `fab_manifest` (the manifest of the FAB `flwr run` builds, for signing),
-`app_checks` (a SuperNode refuses a run its site does not accept, before taking it)."""
+`app_checks` (a SuperNode refuses a run its site does not accept, before taking it),
+`telemetry_off` (no work for Flower's events when telemetry is off)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from fl_system.flower import (
     object_pulls,
     raise_if,
     stranded_replies,
+    telemetry_off,
 )
 from fl_system.privacy import noise, wrappers
 
@@ -24,4 +25,5 @@ def check() -> None:
         + flwr_tasks.problems()
         + object_pulls.problems()
         + stranded_replies.problems()
+        + telemetry_off.problems()
     )

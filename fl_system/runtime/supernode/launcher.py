@@ -366,10 +366,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         wake_fd = bind_socket(args.socket) if args.socket else args.wake_fd
         seconds = preload()
-        from fl_system.flower import flwr_tasks, object_pulls
+        from fl_system.flower import flwr_tasks, object_pulls, telemetry_off
         from fl_system.runtime import flwr_check
 
         flwr_check.check()
+        telemetry_off.install()  # every task's run_clientapp fires an event
         flwr_tasks.install_fab_cache()
         object_pulls.retry_sooner("clientapp")  # the forked ClientApps inherit it
         digest = app_code.warm_apps(*_project())

@@ -186,11 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             object_pulls,
             raise_if,
             stranded_replies,
+            telemetry_off,
         )
         from fl_system.runtime import flwr_check
         from fl_system.runtime.supernode.site_env import POLICY_ENV, TRUST_ENV
 
         flwr_check.check()
+        telemetry_off.install()
         checked = bool(os.environ.get(TRUST_ENV) or os.environ.get(POLICY_ENV))
         if checked:  # imported only then: every node's start-up would pay for them
             from fl_system.runtime.supernode import site_checks, site_policy
