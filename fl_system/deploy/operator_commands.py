@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fl_system.access import audit
 from fl_system.access.operators import ADMIN, ROLES, SUBMITTER, OperatorRegistry, RegistryError
-from fl_system.deploy.certs import ADMIN_PUB
+from fl_system.deploy.certs import ADMIN_PUB, SUBMITTER_PUB
 from fl_system.runtime.connection_checks import DeployError, require_file
 from fl_system.runtime.superlink import OWN_OPERATOR
 
@@ -32,6 +32,8 @@ COMMANDS = ("operators", "audit", "login", "sign")
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "fl_system" / "superlink"
 OPERATORS_FILE, AUDIT_FILE = "operators.json", "audit.jsonl"
 LOGIN_DAYS = 30
+# the operators fl-certs makes keys for, each named as its role: (role, public key's file)
+FIRST_OPERATORS = ((ADMIN, ADMIN_PUB), (SUBMITTER, SUBMITTER_PUB))
 
 
 def registry(state_dir: Path) -> OperatorRegistry:
@@ -66,11 +68,11 @@ def first_operators(reg: OperatorRegistry, certs: Path) -> list[str]:
                     f"admin --state-dir {reg.path.parent}` (until then only fl-server itself "
                     "calls the Control API)"]  # fmt: skip
         added = []
-        for name, role in ((ADMIN, ADMIN), (SUBMITTER, SUBMITTER)):
-            key = certs / f"{name}.pub"
+        for role, public in FIRST_OPERATORS:
+            key = certs / public
             if key.is_file():
-                reg.add(name, role, key.read_text())
-                added.append(f"operator '{name}' added (role {role}, key {key})")
+                reg.add(role, role, key.read_text())
+                added.append(f"operator '{role}' added (role {role}, key {key})")
     except RegistryError as err:
         raise DeployError(str(err)) from None
     return added

@@ -55,9 +55,9 @@ class PrivacyAccount:
             delta=float(cfg.privacy.delta),
         )
 
-    def release(self) -> float:
-        """Compose one round's release; the epsilon spent so far."""
-        self.accountant.compose(self.event)
+    def release(self, rounds: int = 1) -> float:
+        """Compose `rounds` rounds' releases (one each); the epsilon spent so far."""
+        self.accountant.compose(self.event, rounds)
         return self.epsilon()
 
     def epsilon(self) -> float:

@@ -59,9 +59,8 @@ def planned_account(cfg: DictConfig, weighting: str | None) -> PlannedAccount | 
     if weighting is not None:
         return f"algorithm={cfg.algorithm.name} weighs clients by {weighting}, not uniformly"
     account = PrivacyAccount.for_run(cfg)
-    account.accountant.compose(account.event, rounds)
     return PlannedAccount(
-        account.epsilon(),
+        account.release(rounds),
         account.delta,
         f"privacy={name}, noise_multiplier={float(cfg.privacy.noise_multiplier):g} {over}",
     )

@@ -70,9 +70,11 @@ def find(address: str) -> str:
 def _check_token(address: str) -> None:
     """ClusterError at once when the cluster's token authentication refuses this machine
     (`ray.init` would retry for 20 s and say only that it could not connect)."""
-    from ray._raylet import GcsClient
-    from ray.exceptions import AuthenticationError
-
+    try:  # Ray's own client of its head, as `ray.init` makes it first
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # another Ray: its own checks say it
+        return
     try:
         GcsClient(address=address)
     except AuthenticationError:
