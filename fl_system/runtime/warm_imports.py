@@ -8,6 +8,10 @@ out, they were a third of each ClientApp task's CPU on a small model. numpy.rand
 numpy only when first used, which every ClientApp did (54 ms of CPU each, per node per round);
 its global generator, seeded from the OS at import, is seeded from the OS again in each forked
 child, so no two children draw the same numbers from it.
+
+Processes that also fork or run ServerApps (fl-server's launcher, the simulation engine) import
+matplotlib's headless plotting too: every run's ServerApp draws its curve.png at the end, and
+importing pyplot there cost each run 0.4 s of CPU.
 """
 
 from __future__ import annotations
@@ -34,11 +38,17 @@ PRELOAD = (
 )
 
 
-def preload() -> float:
-    """Import every module of PRELOAD; returns the seconds it took."""
+def preload(*, plotting: bool = False) -> float:
+    """Import every module of PRELOAD, and with `plotting` matplotlib's headless pyplot;
+    returns the seconds it took."""
     start = time.perf_counter()
     for name in PRELOAD:
         importlib.import_module(name)
+    if plotting:
+        import matplotlib
+
+        matplotlib.use("Agg")  # as the curve's plotting selects it: no display to look for
+        importlib.import_module("matplotlib.pyplot")
     reseed_numpy_in_children()
     return time.perf_counter() - start
 

@@ -281,7 +281,7 @@ def _warm() -> None:
 
     from fl_system.runtime.warm_imports import preload
 
-    preload()
+    preload(plotting=True)
     for module in (
         "fl_system.cli",
         "fl_system.config.preflight",

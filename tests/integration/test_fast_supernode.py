@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 LAUNCHER_MODULE = b"fl_system.runtime.supernode.launcher"
 REPLY_BOUND = 20.0  # seconds from a ClientApp's death to its node's error reply
+SLOW = "clients.slow.ids=[0,1] clients.slow.seconds_per_step={}"  # sleeps, not computes
 
 
 # ----- helpers --------------------------------------------------------------------------------
@@ -168,8 +169,9 @@ def test_a_killed_launcher_stops_its_node_and_the_run_goes_on(
     federation.start_supernode(1, 2, "supernode-1.log")
     launcher = _launcher_of(node)
     run_dir = tmp_path / "run"
-    # 50 local epochs: rounds of a second or two, so the kill lands mid-run.
-    run = federation.submit(run_dir, "num_rounds=6", "train.local_epochs=50")
+    # Both nodes sleep 0.1 s per local step (~12 a round): rounds of a second or two, so the
+    # kill lands mid-run, with the cores left to the processes under test.
+    run = federation.submit(run_dir, "num_rounds=6", *SLOW.format(0.1).split())
     try:
         _wait_for("a first round", lambda: _rows(run_dir), timeout=120)
         rounds_before = len(_rows(run_dir))
@@ -206,8 +208,9 @@ def test_a_hard_killed_clientapp_is_reported_and_reaped(
     federation.start_supernode(1, 2, "supernode-1.log")
     launcher = _launcher_of(node)
     run_dir = tmp_path / "run"
-    # Slow local training, so that a ClientApp lives long enough to be hit.
-    run = federation.submit(run_dir, "num_rounds=4", "round_timeout=20", "train.local_epochs=100")
+    # Slow clients (0.25 s per local step, ~3 s a task), so that a ClientApp lives long enough
+    # to be hit.
+    run = federation.submit(run_dir, "num_rounds=4", "round_timeout=20", *SLOW.format(0.25).split())
     try:
         round_1 = _round_1_clientapps(launcher, run_dir)
         child = _wait_for(
@@ -216,7 +219,7 @@ def test_a_hard_killed_clientapp_is_reported_and_reaped(
             timeout=30,
             poll=0.02,
         )
-        time.sleep(0.5)  # into its training (a task takes seconds at 100 epochs)
+        time.sleep(0.5)  # into its task (seconds long, asleep after its steps)
         assert len(_rows(run_dir)) == 1, "the round ended before its ClientApp could be killed"
         log_path = tmp_path / "supernode-0.log"
         logged = len(log_path.read_text())

@@ -239,11 +239,13 @@ def test_a_killed_tracked_run_shows_killed_and_its_resume_logs_each_round_once(
 ) -> None:
     """Ctrl-C mid-run: every tracker shows the run killed; `resume=true` continues the same
     tracked runs with only the rounds each lacks."""
-    # 150 rounds of ~0.13 s (30 local epochs): the interrupt, sent once the tracking process
-    # (~3 s to start, more under load) has a round, lands mid-run; one epoch a round ended
-    # all 150 (3.3 s) before a loaded machine's tracker had one
+    # 150 rounds of ~0.15 s (both clients sleep 0.01 s per local step, ~12 a round): the
+    # interrupt, sent once the tracking process (~3 s to start, more under load) has a round,
+    # lands mid-run; one epoch a round ended all 150 (3.3 s) before a loaded machine's
+    # tracker had one
     rounds, run_dir, store = 150, tmp_path / "run", tmp_path / "mlflow.db"
-    args = [*QUICK, "runtime=simulation", f"num_rounds={rounds}", "train.local_epochs=30"]
+    args = [*QUICK, "runtime=simulation", f"num_rounds={rounds}"]
+    args += ["clients.slow.ids=[0,1]", "clients.slow.seconds_per_step=0.01"]
     args.append(EVERY_TRACKER)
     args += [f"tracking.uri=sqlite:///{store}", f"hydra.run.dir={run_dir}"]
     stopped = interrupt_when(

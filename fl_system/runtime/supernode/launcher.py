@@ -365,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     try:
         wake_fd = bind_socket(args.socket) if args.socket else args.wake_fd
-        seconds = preload()
+        seconds = preload(plotting=args.serverapp_api_address is not None)
         from fl_system.flower import flwr_tasks, object_pulls, telemetry_off
         from fl_system.runtime import flwr_check
 
