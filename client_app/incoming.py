@@ -8,6 +8,7 @@ process and run (`Sources.model`), then overwritten with the received weights.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,14 +29,30 @@ from fl_system.settings.config_nodes import config_from_json
 STATE = "fl-system"  # context.state record holding what the handshake delivered
 
 
-@functools.lru_cache(maxsize=2)
+class _Models(threading.local):
+    """The models of this thread's last runs, by (sources, config)."""
+
+    def __init__(self) -> None:
+        self.built: dict[tuple[Sources, str], nn.Module] = {}
+
+
+_models = _Models()
+_RUNS_KEPT = 2
+
+
 def model_for(sources: Sources, config_json: str) -> nn.Module:
-    """One model object per process and run; each message overwrites all of its weights.
+    """One model object per thread and run; each message overwrites all of its weights.
 
     A simulated client process serves many messages, and rebuilding the model for each one
-    costs more than training it on a small partition.
+    costs more than training it on a small partition. Per thread: the vectorised backend
+    answers a chunk's messages in threads of one process, each training its own copy.
     """
-    return sources.model(config_from_json(config_json))
+    built, key = _models.built, (sources, config_json)
+    if key not in built:
+        if len(built) >= _RUNS_KEPT:
+            built.pop(next(iter(built)))
+        built[key] = sources.model(config_from_json(config_json))
+    return built[key]
 
 
 @functools.lru_cache(maxsize=4)

@@ -16,7 +16,9 @@ from torch import nn
 from client_app.algorithms.base import LocalContext, LocalRule
 from client_app.state import ClientState
 from fl_system.data.node_data.streamed import Streamed
+from fl_system.learning.cohort import Job, joined, leave_now
 from fl_system.learning.evaluation import evaluate
+from fl_system.learning.lockstep import lockstep_problem
 from fl_system.learning.model_parts import Parts, forward_parts
 from fl_system.learning.seeding import seed_torch
 from fl_system.learning.sgd import Sgd
@@ -116,6 +118,39 @@ def _squared_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return nn.functional.mse_loss(out[:, 0], target)
 
 
+def _steps_alone(
+    model: nn.Module,
+    steps: Iterator[tuple[torch.Tensor, torch.Tensor]],
+    rule: LocalRule,
+    ctx: LocalContext,
+    settings: TrainSettings,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    parts: Parts,
+) -> float:
+    """One client's local steps with the rule's hooks; the sum of the steps' losses."""
+    optimizer = Sgd(
+        model.parameters(),
+        lr=settings.lr,
+        momentum=settings.momentum,
+        weight_decay=settings.weight_decay,
+    )
+    total_loss = 0.0
+    for xb, yb in steps:
+        optimizer.zero_grad()
+        logits, features = parts(model, xb)
+        loss = loss_fn(logits, yb)
+        term = rule.loss_term(ctx, xb, yb, logits, features)
+        if term is not None:
+            loss = loss + term
+        loss.backward()
+        rule.before_step(ctx)
+        optimizer.step()
+        ctx.steps += 1
+        rule.after_step(ctx)
+        total_loss += float(loss.detach())
+    return total_loss
+
+
 def train_locally(
     model: nn.Module,
     x: np.ndarray | Streamed,
@@ -162,33 +197,22 @@ def train_locally(
         seed=seed,
         parts=parts,
     )
-    optimizer = Sgd(
-        model.parameters(),
-        lr=settings.lr,
-        momentum=settings.momentum,
-        weight_decay=settings.weight_decay,
-    )
     loss_fn = _squared_error if regression else nn.functional.cross_entropy
     rule.begin(ctx)
-    total_loss = 0.0
     order = batches(len(x), settings, generator)
     # augment draws from the generator between batches: reading ahead would reorder draws
     ahead = 1 if augment is not None else READ_AHEAD
-    for xb, yb in _batches_of(x, xs, ys, order, device, ahead):
-        if augment is not None:
-            xb = augment(xb, generator)
-        optimizer.zero_grad()
-        logits, features = parts(model, xb)
-        loss = loss_fn(logits, yb)
-        term = rule.loss_term(ctx, xb, yb, logits, features)
-        if term is not None:
-            loss = loss + term
-        loss.backward()
-        rule.before_step(ctx)
-        optimizer.step()
-        ctx.steps += 1
-        rule.after_step(ctx)
-        total_loss += float(loss.detach())
+    steps = _batches_of(x, xs, ys, order, device, ahead)
+    if augment is not None:
+        steps = ((augment(xb, generator), yb) for xb, yb in steps)
+    cohort = joined()  # runtime.backend=vectorized: this client's chunk trains in lockstep
+    if cohort is not None and not rule.steps_alone() and lockstep_problem(model) is None:
+        job = Job(model, steps, settings.lr, settings.momentum, settings.weight_decay, loss_fn)
+        cohort.train(job)
+        ctx.steps, total_loss = job.steps, job.loss_sum
+    else:
+        leave_now()
+        total_loss = _steps_alone(model, steps, rule, ctx, settings, loss_fn, parts)
     scored = None
     if evaluate_on is not None and len(evaluate_on[1]):
         scored = evaluate(model, *evaluate_on, device=device)

@@ -43,6 +43,13 @@ class LocalRule(ClientHooks):
 
     # why the rule needs the model's penultimate features, when it does (checked at start-up)
     needs_features: ClassVar[str | None] = None
+    STEP_HOOKS: ClassVar[tuple[str, ...]] = ("loss_term", "before_step", "after_step")
+
+    @classmethod
+    def steps_alone(cls) -> tuple[str, ...]:
+        """The per-step hooks this rule overrides: with any, each client takes its steps on
+        its own (`runtime.backend=vectorized` takes only plain SGD steps in lockstep)."""
+        return tuple(h for h in cls.STEP_HOOKS if getattr(cls, h) is not getattr(LocalRule, h))
 
     def begin(self, ctx: LocalContext) -> None:
         """Called once, after the global weights are loaded and before the first step."""

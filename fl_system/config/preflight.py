@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,12 +20,16 @@ from fl_system.data.configured import load_dataset, partition_indices
 from fl_system.data.node_data import Task, node_held
 from fl_system.data.node_data.schema import complete_task
 from fl_system.learning import score
+from fl_system.learning.lockstep import lockstep_problem
 from fl_system.learning.own_model import build_model, check_model
 from fl_system.privacy import check_privacy
 from fl_system.privacy.secagg import check_secagg
 from fl_system.records.checkpoint import load_checkpoint
 from fl_system.records.run_dir import RunPaths
 from fl_system.settings.config_nodes import build
+
+if TYPE_CHECKING:
+    import torch
 from fl_system.settings.value_checks import ConfigError
 
 
@@ -53,8 +58,10 @@ def check_parts(cfg: DictConfig) -> None:
     build_client_addons(cfg)
     build_compression(cfg, "up")
     build_compression(cfg, "down")
+    model = build_model(cfg)
+    _check_lockstep(cfg, rule, model)
     described = check_model(
-        build_model(cfg),
+        model,
         cfg.dataset.input_shape,
         int(cfg.dataset.num_classes),
         feature_layer=cfg.model.get("feature_layer"),
@@ -64,6 +71,28 @@ def check_parts(cfg: DictConfig) -> None:
     print(f"fl-run: {described}", flush=True)
     if cfg.dataset.get("augment"):
         build(cfg.dataset.augment, label="dataset.augment")
+
+
+def _check_lockstep(cfg: DictConfig, rule: object, model: torch.nn.Module) -> None:
+    """runtime.backend=vectorized takes plain SGD steps of many clients at once: a rule that
+    changes each step, or a model whose output depends on its batch or on chance, trains on
+    backend=process instead, and the run says so in one line."""
+    if OmegaConf.select(cfg, "runtime.backend") != "vectorized":
+        return
+    steps_alone = getattr(rule, "steps_alone", None)
+    hooks = steps_alone() if callable(steps_alone) else ()
+    if hooks:
+        why = f"its client rule {type(rule).__name__} changes every step ({', '.join(hooks)})"
+    elif (problem := lockstep_problem(model)) is not None:
+        why = f"the model has {problem}"
+    else:
+        return
+    print(
+        f"fl-run: runtime.backend=vectorized: algorithm={cfg.algorithm.name}: {why}, which "
+        "clients in lockstep cannot take; its clients train on runtime.backend=process",
+        flush=True,
+    )
+    cfg.runtime.backend = "process"
 
 
 def _check_model_source(cfg: DictConfig) -> None:

@@ -97,6 +97,13 @@ def _backend_problems() -> list[str]:
     return []
 
 
+def simulation_worker(worker: Callable[..., None]) -> None:
+    """Run `worker` as the simulation engine's worker (Flower starts `backend.num_workers` of
+    them, each with the arguments of its own `worker`); before `simulation_stops_at_once`,
+    which wraps the engine's worker as it finds it."""
+    _simulation_engine().worker = worker
+
+
 STOP_CHECK_SECONDS = 0.05  # how soon the engine's idle threads see that the run ended
 
 

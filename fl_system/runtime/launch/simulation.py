@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -40,7 +41,9 @@ from fl_system.runtime.launch.processes import ProcessGroup, tool_env
 from fl_system.runtime.launch.progress import follow_run, log_end, log_tail, server_log
 from fl_system.settings.config_nodes import config_to_json
 
-BACKENDS = ("process", "ray")  # forked workers (worker_pool), or Flower's RayBackend
+# forked workers (worker_pool), Flower's RayBackend, or the engine's own process with a
+# round's clients in lockstep (lockstep_backend)
+BACKENDS = ("process", "ray", "vectorized")
 ENGINE_EXIT_SECONDS = 5.0  # an idle engine told to end gets this long before SIGKILL
 
 
@@ -56,16 +59,25 @@ class SimulationRuntime:
         backend: str = "process",
         address: str | None = None,
         node_data: Sequence[str] = (),
+        vectorize_chunk: int = 100,
     ) -> None:
         # node_data: the paths virtual clients read when the nodes hold the data (each reads
         # runtime.node_data[its partition] from the run's config; nothing to do here)
+        # vectorize_chunk: the engine reads it from each run's config
         del node_data
-        if address is not None:  # the clients run on the cluster, placed by Ray
-            address, backend = ray_cluster.find(str(address)), "ray"
         if backend not in BACKENDS:
             raise ValueError(
                 f"runtime.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
             )
+        if int(vectorize_chunk) < 1:
+            raise ValueError(f"runtime.vectorize_chunk must be >= 1, got {vectorize_chunk}")
+        if address is not None:  # the clients run on the cluster, placed by Ray
+            if backend == "vectorized":
+                raise ValueError(
+                    "runtime.backend=vectorized trains in fl-run's own engine process; "
+                    "runtime.address runs the clients on a Ray cluster (backend=ray)"
+                )
+            address, backend = ray_cluster.find(str(address)), "ray"
         if client_cpus <= 0:
             raise ValueError(f"runtime.client_cpus must be > 0, got {client_cpus}")
         if client_gpus > 0 and address is None and _cuda_gpus() == 0:
@@ -79,8 +91,20 @@ class SimulationRuntime:
     def start(self, cfg: DictConfig, paths: RunPaths) -> None:
         """Take the warm engine of an earlier run, or start one (its imports overlap the data
         checks)."""
+        self._settle(cfg)
         self._since = log_end(paths)
         self._engine = _take_warm(self.settings) or _Engine(self.settings, server_log(paths))
+
+    def _settle(self, cfg: DictConfig) -> None:
+        """The backend the checks left in the config: a vectorised run whose clients cannot
+        take their steps in lockstep (`preflight`) trains on backend=process; an engine
+        started early with the other backend is ended."""
+        backend = str(cfg.runtime.get("backend", self.settings.backend))
+        if backend != self.settings.backend:
+            self.settings = replace(self.settings, backend=backend)
+            if self._engine is not None:
+                self._engine.stop()
+                self._engine = None
 
     def stop(self) -> None:
         if self._engine is not None:
@@ -88,6 +112,7 @@ class SimulationRuntime:
             self._engine = None
 
     def run(self, cfg: DictConfig, paths: RunPaths) -> None:
+        self._settle(cfg)
         if self._engine is None:
             self.start(cfg, paths)
         engine, self._engine = self._engine, None

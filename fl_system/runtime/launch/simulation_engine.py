@@ -3,9 +3,10 @@
 fl-run forks it as it starts (`engine_forks`: its imports of Flower, both apps and torch,
 `prepare`, overlap fl-run's composing and checking of the config) or, for a later member of a
 sweep, once the config is checked; with `runtime.backend=process` it forks its ClientApp
-workers while fl-run checks the data. It then runs one simulation per request on its control
-socket, each writing its own log, and answers when that run ended; the members of a `-m`
-sweep are requests to the same engine.
+workers while fl-run checks the data, with `vectorized` it answers a round's train messages
+itself, their clients' steps in lockstep (`lockstep_backend`). It then runs one simulation
+per request on its control socket, each writing its own log, and answers when that run ended;
+the members of a `-m` sweep are requests to the same engine.
 
 A run carries nothing into the next but imported modules and idle workers: Flower builds a
 new in-memory state, grid and node contexts for every run, the apps keep no state of their
@@ -63,7 +64,7 @@ def prepare() -> Prepared:
     from fl_system.runtime.launch.components import app_dir, components
     from fl_system.runtime.warm_imports import preload
 
-    preload()
+    preload(plotting=True)  # the engine runs the ServerApp too
     root = app_dir()
     server_ref, client_ref = components(root)
     client_app = load_app(client_ref, LoadClientAppError, root)
@@ -87,16 +88,21 @@ def main(
     from fl_system.flower import flwr_engine
     from fl_system.messages import protocol
     from fl_system.records import run_log
-    from fl_system.runtime.launch import ray_cluster
+    from fl_system.runtime.launch import lockstep_backend, ray_cluster
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a stop ends every thread at once
     prepared = prepared or prepare()
     root, server_ref, client_ref = prepared.root, prepared.server_ref, prepared.client_ref
-    pool = None
+    pool = chunking = None
     if backend == "process":
         size = pool_size(client_cpus, client_gpus, *_machine(client_gpus))
         gc.freeze()  # the workers' collector never scans (nor copies) what they inherit
         pool = WorkerPool(prepared.client_app, size)
+    elif backend == "vectorized":
+        chunking = lockstep_backend.Chunking()
+        flwr_engine.simulation_worker(lockstep_backend.gathering_worker(chunking))
+        app = prepared.client_app
+        flwr_engine.simulation_backend(lambda: lockstep_backend.InProcessBackend(app))
     flwr_engine.simulation_pickup_on_store()
     flwr_engine.simulation_stops_at_once()
     if pool is not None:
@@ -114,6 +120,8 @@ def main(
             if pool is not None:
                 pool.redirect_output(log)
             config_json = Path(request["config"]).read_text()
+            if chunking is not None:
+                chunking.size = int(json.loads(config_json)["runtime"]["vectorize_chunk"])
             if address and cluster_problem is None:
                 cluster_problem = _problem(partial(ray_cluster.check_data, address, config_json))
             if cluster_problem is not None:  # the run's log says why, as a ServerApp would
