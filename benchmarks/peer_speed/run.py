@@ -2,6 +2,9 @@
 
     python -m benchmarks.peer_speed.run [--reps 3] [--workloads mnist5k-cnn,synthetic-1k]
 
+The project runs twice: its default backend (forked ClientApp workers) and
+runtime.backend=vectorized (a round's clients in lockstep in one process, one thread).
+
 Every workload is exported once (the project's partitions, initial model and sampled
 clients), each arm is run once untimed (caches, page cache), then `--reps` repetitions run
 the three arms one after another in a rotating order. The report gives each arm's median.
@@ -26,7 +29,7 @@ from benchmarks.peer_speed.arms import (
     project_arm,
     run_in_scratch,
 )
-from benchmarks.peer_speed.report import saved_when, write_report
+from benchmarks.peer_speed.report import VECTORIZED, saved_when, write_report
 from benchmarks.peer_speed.workload import WORKLOADS, export
 
 STUDY = "peer_speed"
@@ -39,6 +42,7 @@ def arms(name: str, folder: Path, cache: Path, venv: Path) -> dict[str, Runner]:
         "plain loop": loop_arm(exported),
         "pfl-research": pfl_arm(exported, venv),
         "project (default)": project_arm(workload, cache, [], "project (default)"),
+        VECTORIZED: project_arm(workload, cache, ["runtime.backend=vectorized"], VECTORIZED),
     }
 
 

@@ -54,6 +54,8 @@ class Workload:
 
 WORKLOADS = {
     "mnist5k-cnn": Workload("mnist5k-cnn", "mnist5k", "cnn", "iid", 100, 10, 20),
+    # every client every round: 100 clients of 40 images in one round's lockstep
+    "mnist5k-cnn-100": Workload("mnist5k-cnn-100", "mnist5k", "cnn", "iid", 100, 100, 20),
     "synthetic-1k": Workload("synthetic-1k", "synthetic", "mlp", "natural", 1000, 100, 10),
 }
 

@@ -17,6 +17,7 @@ from fl_system.learning.devices import thread_env
 from fl_system.records.results import read_rows
 from fl_system.runtime.launch.processes import ProcessGroup, alive
 from tests.e2e.netns import Host, hosts
+from tests.node_polling import SUITE_POLLING
 
 BIN = Path(sys.executable).parent
 PORT = 9092  # the SuperLink's one port: SuperNodes and the Control API
@@ -96,7 +97,7 @@ def started_federation(work: Path, clients: Sequence[str], keys: int = 5) -> Ite
     work/enroll) and empty hosts `clients`; every process started through it is gone
     afterwards."""
     # One torch/BLAS thread per process: the "machines" share this one's cores.
-    env = {**os.environ, **thread_env(1)}
+    env = {**os.environ, **thread_env(1), **SUITE_POLLING}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["FL_CACHE_DIR"] = str(work / "node-cache")
     env["FL_STATE_DIR"] = str(work / "client-state")

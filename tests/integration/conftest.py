@@ -22,6 +22,7 @@ from fl_system.runtime.launch.ports import free_port, port_open
 from fl_system.runtime.launch.processes import ProcessGroup, descendants, tool_env
 from tests.algorithms import ASYNCHRONOUS
 from tests.integration.fl_run_fork import FL_RUN, ForkedRun, start_fl_run
+from tests.node_polling import SUITE_POLLING
 
 __all__ = ["FL_RUN", "ForkedRun", "start_fl_run"]
 
@@ -158,7 +159,7 @@ class HandStartedFederation:
     def __init__(self, root: Path, env: dict[str, str]) -> None:
         self.root = root
         # One torch thread per ClientApp, as runtime=local sets: nodes share this machine's cores.
-        self.env = tool_env({**thread_env(1), **env})
+        self.env = tool_env({**thread_env(1), **SUITE_POLLING, **env})
         self.procs = ProcessGroup()
         self.port = free_port()  # the SuperLink's one port: SuperNodes and operators
         self.nodes: dict[int, subprocess.Popen] = {}
