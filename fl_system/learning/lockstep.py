@@ -2,8 +2,9 @@
 `runtime.backend=vectorized`.
 
 Each client's parameters are a slice of stacked tensors (a leading client axis); one step
-computes every active client's gradient of its own batch at once (`torch.func.vmap` over
-`grad` of a `functional_call`) and applies `Sgd`'s update (momentum, weight decay) to each
+computes every active client's gradient of its own batch at once (the zoo's layered models
+through `stacked_forward`, any other through `torch.func.vmap` over `grad` of a
+`functional_call`) and applies `Sgd`'s update (momentum, weight decay) to each
 client's slice, the same elementwise operations in the same order. A client whose batches
 have run out is left out of later steps (masked), so clients of unequal partitions need no
 padding of data. Models must be free of batch statistics and random layers (BatchNorm,
@@ -17,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+
+from fl_system.learning.stacked_forward import stacked_forward
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 UNSUPPORTED = (nn.modules.batchnorm._BatchNorm, nn.Dropout, nn.Dropout2d, nn.AlphaDropout)
@@ -75,6 +78,8 @@ class LockstepSgd:
             return loss(functional_call(base, (params, buffers), (x,)), y)
 
         self._grads = vmap(grad_and_value(batch_loss))
+        self._forward = stacked_forward(base)  # the zoo's layered models: no vmap
+        self._losses = vmap(loss)
 
     def step(self, x: torch.Tensor, y: torch.Tensor, active: torch.Tensor | None = None):
         """One step of the clients `active` (indices, ascending; None: all), client i on
@@ -82,7 +87,10 @@ class LockstepSgd:
         everyone = active is None or len(active) == self.clients
         params = self.params if everyone else {k: v[active] for k, v in self.params.items()}
         buffers = self.buffers if everyone else {k: v[active] for k, v in self.buffers.items()}
-        grads, losses = self._grads(params, buffers, x, y)
+        if self._forward is None:
+            grads, losses = self._grads(params, buffers, x, y)
+        else:
+            grads, losses = self._stacked_grads(params, x, y)
         with torch.no_grad():
             for name, param in params.items():
                 update = grads[name]
@@ -102,6 +110,18 @@ class LockstepSgd:
                 else:
                     self.params[name][active] = stepped
         return losses.detach()
+
+    def _stacked_grads(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Each client's gradient of its own loss: the gradient of their sum (no client's
+        loss depends on another's parameters)."""
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        assert self._forward is not None
+        with torch.enable_grad():
+            losses = self._losses(self._forward(leaves, x), y)
+            grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
+        return dict(zip(leaves, grads, strict=True)), losses
 
     def client_state(self, i: int) -> dict[str, torch.Tensor]:
         """Client `i`'s parameters and buffers, by the model's names (a state dict)."""

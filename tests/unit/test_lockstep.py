@@ -12,6 +12,7 @@ from torch import nn
 from fl_system.learning.lockstep import LockstepSgd, lockstep_problem
 from fl_system.learning.models import MLP, SimpleCNN
 from fl_system.learning.sgd import Sgd
+from fl_system.learning.stacked_forward import stacked_forward
 
 
 def _alone(model: nn.Module, batches, **settings) -> list[float]:
@@ -63,7 +64,13 @@ def _lockstep(models: list[nn.Module], data, **settings) -> tuple[LockstepSgd, l
             (1, 28, 28),
             {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4},
         ),
+        (  # not one of the zoo's layered models: through vmap
+            lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(576, 10)),
+            (1, 14, 14),
+            {"lr": 0.05, "momentum": 0.9},
+        ),
     ],
+    ids=["mlp", "cnn", "vmap"],
 )
 def test_lockstep_clients_end_where_each_alone_ends(make, shape, settings) -> None:
     torch.manual_seed(0)
@@ -87,3 +94,23 @@ def test_a_model_with_batch_statistics_or_random_layers_is_named() -> None:
     assert lockstep_problem(net) == "its layer 1 (BatchNorm1d)"
     with pytest.raises(ValueError, match=r"cannot train in lockstep: its layer 1 \(BatchNorm1d"):
         LockstepSgd([net], lr=0.1)
+
+
+def test_the_zoos_layered_models_run_the_stacked_forward_and_others_vmap() -> None:
+    """The stacked forward gives each client's own logits (channels-last grouped
+    convolutions, batched products); a model it does not know is left to vmap."""
+    torch.manual_seed(2)
+    models = [SimpleCNN(input_shape=[3, 16, 16], num_classes=5) for _ in range(3)]
+    forward = stacked_forward(models[0])
+    assert forward is not None
+    params = {k: torch.stack([dict(m.named_parameters())[k] for m in models]) for k, _ in
+              models[0].named_parameters()}  # fmt: skip
+    x = torch.randn(3, 4, 3, 16, 16)
+    with torch.no_grad():
+        got = forward(params, x)
+        for i, model in enumerate(models):
+            torch.testing.assert_close(got[i], model(x[i]), rtol=1e-5, atol=1e-6)
+    assert stacked_forward(nn.Sequential(nn.Linear(2, 2))) is None
+    odd = MLP(input_shape=[4], num_classes=2)
+    odd.features.append(nn.Tanh())  # a layer it does not know
+    assert stacked_forward(odd) is None
