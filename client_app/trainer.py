@@ -113,6 +113,15 @@ def _batches_of(
         pending = []
 
 
+def _move(model: nn.Module, device: torch.device) -> nn.Module:
+    """`model` on `device`: `Module.to` walks every module and parameter in Python even when
+    all are there already (per client and message; the vectorised backend's threads queued
+    on the interpreter lock behind it)."""
+    if any(True for _ in model.buffers()) or any(p.device != device for p in model.parameters()):
+        return model.to(device)
+    return model
+
+
 def _squared_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """task=regression's loss: the mean squared error of the model's one output."""
     return nn.functional.mse_loss(out[:, 0], target)
@@ -182,7 +191,7 @@ def train_locally(
     parts = parts or forward_parts()
     seed_torch(seed)
     generator = torch.Generator().manual_seed(seed)
-    model.to(device).train()
+    _move(model, device).train()
     # in memory, moved to the device once; a large node's streamed records, per batch
     xs = torch.as_tensor(x).to(device) if isinstance(x, np.ndarray) else None
     ys = torch.as_tensor(y, dtype=torch.float32 if regression else torch.long).to(device)
@@ -216,9 +225,9 @@ def train_locally(
     scored = None
     if evaluate_on is not None and len(evaluate_on[1]):
         scored = evaluate(model, *evaluate_on, device=device)
-        model.to(device).train()
+        _move(model, device).train()
     extras = rule.finish(ctx)
-    model.to("cpu")
+    _move(model, torch.device("cpu"))
     return TrainResult(
         num_examples=len(x),
         mean_loss=total_loss / max(ctx.steps, 1),

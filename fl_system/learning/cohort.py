@@ -57,6 +57,10 @@ class Cohort:
         self._jobs: list[Job] = []
         self._trained = threading.Event()
         self._error: BaseException | None = None
+        # one member at a time runs outside the lockstep: the members' Python work is serial
+        # under the interpreter lock anyway, and 100 threads taking turns at every torch call
+        # that releases it spent more time handing it over than working
+        self.turn = threading.Lock()
 
     def train(self, job: Job) -> None:
         """Train `job` with the others; returns once every job of the chunk is trained."""
@@ -64,9 +68,11 @@ class Cohort:
         with self._lock:
             self._jobs.append(job)
             last = self._check_in()
+        self.turn.release()
         if last:
             self._train_all()
         self._trained.wait()
+        self.turn.acquire()
         if self._error is not None:
             raise RuntimeError("the chunk's lockstep training failed") from self._error
 
@@ -102,11 +108,13 @@ _this_thread = _ThisThread()
 def member(cohort: Cohort) -> Iterator[None]:
     """This thread answers one message of `cohort`'s chunk; ending, it leaves the cohort if
     it trained nothing, so that nobody waits for it."""
+    cohort.turn.acquire()
     _this_thread.cohort, _this_thread.arrived = cohort, False
     try:
         yield
     finally:
         arrived, _this_thread.cohort = _this_thread.arrived, None
+        cohort.turn.release()
         if not arrived:
             cohort.leave()
 

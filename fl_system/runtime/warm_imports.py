@@ -9,9 +9,10 @@ numpy only when first used, which every ClientApp did (54 ms of CPU each, per no
 its global generator, seeded from the OS at import, is seeded from the OS again in each forked
 child, so no two children draw the same numbers from it.
 
-Processes that also fork or run ServerApps (fl-server's launcher, the simulation engine) import
-matplotlib's headless plotting too: every run's ServerApp draws its curve.png at the end, and
-importing pyplot there cost each run 0.4 s of CPU.
+The launcher that also forks ServerApps (fl-server's) imports matplotlib's headless plotting
+too: every run's ServerApp draws its curve.png at the end, and importing pyplot there cost
+each run 0.4 s of CPU. The simulation engine does not: its imports are fl-run's start-up (a
+run there pays the 0.4 s once, at its end).
 """
 
 from __future__ import annotations

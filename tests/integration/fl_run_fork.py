@@ -281,7 +281,7 @@ def _warm() -> None:
 
     from fl_system.runtime.warm_imports import preload
 
-    preload(plotting=True)
+    preload()
     for module in (
         "fl_system.cli",
         "fl_system.config.preflight",

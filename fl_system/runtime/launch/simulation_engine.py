@@ -64,7 +64,7 @@ def prepare() -> Prepared:
     from fl_system.runtime.launch.components import app_dir, components
     from fl_system.runtime.warm_imports import preload
 
-    preload(plotting=True)  # the engine runs the ServerApp too
+    preload()
     root = app_dir()
     server_ref, client_ref = components(root)
     client_app = load_app(client_ref, LoadClientAppError, root)
