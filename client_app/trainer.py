@@ -117,9 +117,8 @@ def _move(model: nn.Module, device: torch.device) -> nn.Module:
     """`model` on `device`: `Module.to` walks every module and parameter in Python even when
     all are there already (per client and message; the vectorised backend's threads queued
     on the interpreter lock behind it)."""
-    if any(True for _ in model.buffers()) or any(p.device != device for p in model.parameters()):
-        return model.to(device)
-    return model
+    there = all(p.device == device for p in model.parameters())
+    return model if there and next(model.buffers(), None) is None else model.to(device)
 
 
 def _squared_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

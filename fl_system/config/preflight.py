@@ -27,10 +27,10 @@ from fl_system.privacy.secagg import check_secagg
 from fl_system.records.checkpoint import load_checkpoint
 from fl_system.records.run_dir import RunPaths
 from fl_system.settings.config_nodes import build
+from fl_system.settings.value_checks import ConfigError
 
 if TYPE_CHECKING:
     import torch
-from fl_system.settings.value_checks import ConfigError
 
 
 def preflight(cfg: DictConfig, paths: RunPaths) -> None:

@@ -171,8 +171,7 @@ def _train_group(jobs: list[Job]) -> None:
             index = [i for i, _ in members]
             x = torch.stack([batch[0] for _, batch in members])
             y = torch.stack([batch[1] for _, batch in members])
-            every = len(index) == len(jobs)
-            losses = trainer.step(x, y, None if every else torch.tensor(index))
+            losses = trainer.step(x, y, torch.tensor(index))  # every client: no indexing
             for i, loss in zip(index, losses.tolist(), strict=True):
                 jobs[i].steps += 1
                 jobs[i].loss_sum += loss

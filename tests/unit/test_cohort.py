@@ -34,7 +34,7 @@ def _alone(model: nn.Module, batches) -> float:
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
-        total += float(loss)
+        total += loss.item()
     return total
 
 
